@@ -1,0 +1,35 @@
+# Two entry points for a new machine (see README):
+#   make report  -> virtual environment, install, run the reproduction report into ./report
+#   make test    -> virtual environment, install with test extras, run the test suite
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: venv report test lint bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first, pinned: the CPU wheel; the project then only asks for torch>=2.3
+	$(BIN)/pip install -q torch==2.13.0
+
+venv: $(BIN)/python
+	$(BIN)/pip install -q -e ".[test,dev]"
+
+report: venv
+	$(BIN)/rbfkmeans reproduce --out report
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+lint: venv
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
+
+bench: venv
+	$(BIN)/pip install -q -e ".[bench]"
+	$(BIN)/python benchmarks/bench_mappings.py
+	$(BIN)/python benchmarks/bench_iterations.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

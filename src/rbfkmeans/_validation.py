@@ -1,0 +1,69 @@
+"""Checks on what a user passes in.
+
+Every public entry point raises (never asserts) with a message that names the parameter, the rule
+and the value received. Nothing here modifies its input.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+from typing import Any
+
+import torch
+
+ASSIGNMENTS = ("softmax", "entmax15", "sparsemax", "hard")
+
+
+def check_assignment(assignment: Any, name: str = "assignment") -> str:
+    """Return ``assignment`` if it names a known simplex mapping, else raise ``ValueError``."""
+    if not isinstance(assignment, str) or assignment not in ASSIGNMENTS:
+        raise ValueError(
+            f"{name} must be one of {', '.join(repr(a) for a in ASSIGNMENTS)}; got {assignment!r}"
+        )
+    return assignment
+
+
+def check_temperature(T: Any, name: str = "temperature") -> float:
+    """Return ``T`` as a float if it is a finite number >= 0, else raise."""
+    if isinstance(T, torch.Tensor):
+        if T.numel() != 1:
+            raise ValueError(f"{name} must be a scalar; got a tensor of shape {tuple(T.shape)}")
+        T = T.item()
+    if isinstance(T, bool) or not isinstance(T, Real):
+        raise TypeError(f"{name} must be a real number; got {type(T).__name__} {T!r}")
+    value = float(T)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0; got {T!r}")
+    return value
+
+
+def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
+    """Return ``value`` if it is an integer >= ``minimum``, else raise."""
+    if isinstance(value, bool) or not isinstance(value, int | torch.SymInt):
+        try:
+            import numpy as np
+
+            if isinstance(value, np.integer):
+                value = int(value)
+            else:
+                raise TypeError
+        except TypeError:
+            raise TypeError(f"{name} must be an integer; got {type(value).__name__} {value!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
+    return int(value)
+
+
+def check_matrix(t: Any, name: str) -> torch.Tensor:
+    """Raise unless ``t`` is a 2-D floating tensor (no copy, no NaN scan)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    if t.dim() != 2:
+        raise ValueError(f"{name} must be a 2-D tensor (n, d); got shape {tuple(t.shape)}")
+    return t
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype computations run in: float16/bfloat16 (and integers) are promoted to float32."""
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32

@@ -1,0 +1,110 @@
+r"""Squared Euclidean distances between points and centroids.
+
+.. math::
+
+    d_{ij} = \lVert x_i - c_j \rVert^2 = \lVert x_i \rVert^2 - 2\, x_i \cdot c_j + \lVert c_j \rVert^2,
+    \qquad d_{ij} \leftarrow \max(d_{ij}, 0),
+
+with ``X`` (n, d) the data, ``C`` (k, d) the centroids. The expansion costs one matrix product;
+the clamp removes the small negative values that cancellation leaves when ``x_i`` coincides with
+``c_j``. Large ``n`` is processed in row chunks so that no more than ``chunk_size x k`` distances
+exist at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from ._validation import check_matrix, check_positive_int
+
+#: Default number of distance entries (rows x k) held at once by chunked computations (16 MiB f32).
+DEFAULT_CHUNK_ELEMENTS = 1 << 22
+
+
+def chunk_rows(n: int, k: int, chunk_size: int | None = None) -> int:
+    """Rows per chunk: ``chunk_size`` if given, else enough rows for ~``DEFAULT_CHUNK_ELEMENTS``."""
+    if chunk_size is not None:
+        return check_positive_int(chunk_size, "chunk_size")
+    return max(256, min(max(n, 1), DEFAULT_CHUNK_ELEMENTS // max(k, 1)))
+
+
+def iter_chunks(n: int, rows: int) -> Iterator[slice]:
+    """Consecutive row slices of at most ``rows`` rows covering ``range(n)``."""
+    for start in range(0, n, rows):
+        yield slice(start, min(start + rows, n))
+
+
+def row_norms_sq(X: torch.Tensor) -> torch.Tensor:
+    """``||x_i||^2`` for each row, shape (n,)."""
+    return torch.einsum("nd,nd->n", X, X)
+
+
+def cross_term(
+    X: torch.Tensor, C: torch.Tensor, C_sq: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``||c_j||^2 - 2 x_i . c_j`` (n, k): the distances less the row constant ``||x_i||^2``.
+
+    Row-wise argmin, softmax and entmax are unchanged by that constant, so the fast paths use this
+    (one fused ``addmm``) and add ``||x_i||^2`` only where absolute distances are needed.
+    """
+    if C_sq is None:
+        C_sq = row_norms_sq(C)
+    return torch.addmm(C_sq.unsqueeze(0), X, C.T, beta=1.0, alpha=-2.0)  # (n, k)
+
+
+def _sq_distances(
+    X: torch.Tensor,
+    C: torch.Tensor,
+    X_sq: torch.Tensor | None = None,
+    C_sq: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Unchecked, unchunked kernel of :func:`sq_distances`."""
+    if X_sq is None:
+        X_sq = row_norms_sq(X)
+    D = cross_term(X, C, C_sq)  # (n, k)
+    D.add_(X_sq.unsqueeze(1))
+    return D.clamp_(min=0)
+
+
+def sq_distances(
+    X: torch.Tensor,
+    C: torch.Tensor,
+    *,
+    X_sq: torch.Tensor | None = None,
+    C_sq: torch.Tensor | None = None,
+    chunk_size: int | None = None,
+) -> torch.Tensor:
+    r"""Squared distances ``d_ij = ||x_i - c_j||^2`` (n, k), via the one-matmul expansion.
+
+    Parameters
+    ----------
+    X : Tensor (n, d)
+        Points, float32 or float64, any device.
+    C : Tensor (k, d)
+        Centroids, same dtype and device as ``X``.
+    X_sq, C_sq : Tensor (n,) and (k,), optional
+        Precomputed squared row norms (reused across iterations by the solvers).
+    chunk_size : int, optional
+        Rows per chunk. The result is (n, k) in any case; chunking bounds the temporaries.
+
+    Differentiable in ``X`` and ``C`` (autograd through the matrix product).
+    """
+    check_matrix(X, "X")
+    check_matrix(C, "C")
+    if X.shape[1] != C.shape[1]:
+        raise ValueError(
+            f"X has {X.shape[1]} features but C has {C.shape[1]}; they must match"
+        )
+    n, k = X.shape[0], C.shape[0]
+    rows = chunk_rows(n, k, chunk_size)
+    if C_sq is None:
+        C_sq = row_norms_sq(C)
+    if rows >= n:
+        return _sq_distances(X, C, X_sq, C_sq)
+    parts = [
+        _sq_distances(X[s], C, None if X_sq is None else X_sq[s], C_sq)
+        for s in iter_chunks(n, rows)
+    ]
+    return torch.cat(parts, dim=0)

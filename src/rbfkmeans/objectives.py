@@ -1,0 +1,132 @@
+r"""The k-means objective and its entropic relaxations, with sample weights ``w`` (n,).
+
+.. math::
+
+    J(C) &= \sum_i w_i \min_j d_{ij}, \\
+    F^{\mathrm{S}}_T(C) &= \min_{R} \sum_{ij} w_i r_{ij} d_{ij} + 2T \sum_{ij} w_i r_{ij}\log r_{ij}
+        = -2T \sum_i w_i \operatorname{logsumexp}_j\!\left(-\frac{d_{ij}}{2T}\right), \\
+    F^{\mathrm{Ts}}_T(C) &= \min_{R} \sum_{ij} w_i r_{ij} d_{ij}
+        - 2T \sum_i w_i\, \tfrac43\Big(1 - \sum_j r_{ij}^{3/2}\Big),
+        \quad R = \operatorname{entmax}_{1.5}(-D/2T), \\
+    F^{\mathrm{sp}}_T(C) &= \min_{R} \sum_{ij} w_i r_{ij} d_{ij}
+        - 2T \sum_i w_i\, \tfrac12\Big(1 - \sum_j r_{ij}^{2}\Big),
+        \quad R = \operatorname{sparsemax}(-D/2T),
+
+where ``R`` ranges over row-stochastic matrices. Each relaxation is sandwiched by ``J``:
+
+.. math::
+
+    J - 2T\,(\textstyle\sum_i w_i)\, H_{\max} \;\le\; F_T \;\le\; J,
+
+with the largest entropy ``H_max`` = ``log k`` (Shannon), ``(4/3)(1 - k^{-1/2})`` (Tsallis-1.5),
+``(1/2)(1 - 1/k)`` (Gini, sparsemax). So ``F_T -> J`` uniformly as ``T -> 0`` (Gamma-convergence).
+By the envelope theorem every relaxation has ``dF_T/dc_j = 2 N_j (c_j - m_j)`` with
+``N_j = sum_i w_i r_ij`` and ``m_j = sum_i w_i r_ij x_i / N_j``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ._validation import check_assignment, check_temperature
+from .distances import sq_distances
+from .mappings import entmax15, sparsemax
+
+__all__ = [
+    "entropy_bound",
+    "kmeans_objective",
+    "objective_from_distances",
+    "shannon_objective",
+    "soft_objective",
+    "sparsemax_objective",
+    "tsallis_objective",
+]
+
+
+def _weights(w: Tensor | None, D: Tensor) -> Tensor | None:
+    if w is None:
+        return None
+    w = torch.as_tensor(w, dtype=D.dtype, device=D.device)
+    if w.shape != (D.shape[0],):
+        raise ValueError(
+            f"sample_weight must have shape ({D.shape[0]},); got {tuple(w.shape)}"
+        )
+    return w
+
+
+def _wsum(per_point: Tensor, w: Tensor | None) -> Tensor:
+    return per_point.sum() if w is None else per_point @ w
+
+
+def objective_from_distances(
+    D: Tensor, T: float, assignment: str, sample_weight: Tensor | None = None
+) -> Tensor:
+    """The relaxed objective of ``assignment`` at temperature ``T`` from distances ``D`` (n, k).
+
+    ``assignment="softmax"`` gives ``F^S_T``, ``"entmax15"`` ``F^Ts_T``, ``"sparsemax"``
+    ``F^sp_T``, ``"hard"`` (or ``T = 0`` for any of them) gives ``J``. Differentiable.
+    """
+    assignment = check_assignment(assignment)
+    T = check_temperature(T)
+    w = _weights(sample_weight, D)
+    if T == 0.0 or assignment == "hard":
+        return _wsum(D.amin(dim=1), w)
+    z = D / (-2.0 * T)  # (n, k)
+    if assignment == "softmax":
+        return -2.0 * T * _wsum(torch.logsumexp(z, dim=1), w)
+    if assignment == "entmax15":
+        R = entmax15(z, dim=1)
+        ent = (4.0 / 3.0) * (1.0 - R.pow(1.5).sum(dim=1))
+    else:
+        R = sparsemax(z, dim=1)
+        ent = 0.5 * (1.0 - R.square().sum(dim=1))
+    return _wsum((R * D).sum(dim=1) - 2.0 * T * ent, w)
+
+
+def kmeans_objective(X: Tensor, C: Tensor, sample_weight: Tensor | None = None) -> Tensor:
+    """k-means objective ``J(C) = sum_i w_i min_j ||x_i - c_j||^2``."""
+    return objective_from_distances(sq_distances(X, C), 0.0, "hard", sample_weight)
+
+
+def shannon_objective(
+    X: Tensor, C: Tensor, T: float, sample_weight: Tensor | None = None
+) -> Tensor:
+    """Shannon (softmax) relaxation ``F_T(C) = -2T sum_i w_i logsumexp_j(-d_ij / 2T)``."""
+    return objective_from_distances(sq_distances(X, C), T, "softmax", sample_weight)
+
+
+def tsallis_objective(
+    X: Tensor, C: Tensor, T: float, sample_weight: Tensor | None = None
+) -> Tensor:
+    """Tsallis-1.5 (entmax-1.5) relaxation ``F^Ts_T(C)`` (module docstring)."""
+    return objective_from_distances(sq_distances(X, C), T, "entmax15", sample_weight)
+
+
+def sparsemax_objective(
+    X: Tensor, C: Tensor, T: float, sample_weight: Tensor | None = None
+) -> Tensor:
+    """Gini (sparsemax) relaxation ``F^sp_T(C)`` (module docstring)."""
+    return objective_from_distances(sq_distances(X, C), T, "sparsemax", sample_weight)
+
+
+def soft_objective(
+    X: Tensor, C: Tensor, T: float, assignment: str, sample_weight: Tensor | None = None
+) -> Tensor:
+    """The relaxation that matches ``assignment`` (``J`` for ``"hard"``)."""
+    return objective_from_distances(sq_distances(X, C), T, assignment, sample_weight)
+
+
+def entropy_bound(assignment: str, k: int) -> float:
+    """``H_max``: the largest entropy of a k-point distribution for ``assignment``'s regulariser,
+    so that ``J - 2T (sum w) H_max <= F_T <= J``."""
+    assignment = check_assignment(assignment)
+    if assignment == "softmax":
+        return math.log(k)
+    if assignment == "entmax15":
+        return (4.0 / 3.0) * (1.0 - k**-0.5)
+    if assignment == "sparsemax":
+        return 0.5 * (1.0 - 1.0 / k)
+    return 0.0
