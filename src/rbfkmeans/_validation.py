@@ -49,18 +49,30 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
             else:
                 raise TypeError
         except TypeError:
-            raise TypeError(f"{name} must be an integer; got {type(value).__name__} {value!r}") from None
+            raise TypeError(
+                f"{name} must be an integer; got {type(value).__name__} {value!r}"
+            ) from None
     if value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
     return int(value)
 
 
-def check_matrix(t: Any, name: str) -> torch.Tensor:
-    """Raise unless ``t`` is a 2-D floating tensor (no copy, no NaN scan)."""
+def check_matrix(t: Any, name: str, shape: str = "(n, d)") -> torch.Tensor:
+    """Raise unless ``t`` is a 2-D tensor (no copy, no NaN scan); ``shape`` names its axes."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
     if t.dim() != 2:
-        raise ValueError(f"{name} must be a 2-D tensor (n, d); got shape {tuple(t.shape)}")
+        raise ValueError(f"{name} must be a 2-D tensor {shape}; got shape {tuple(t.shape)}")
+    return t
+
+
+def check_finite(t: torch.Tensor, name: str) -> torch.Tensor:
+    """Raise ``ValueError`` if ``t`` holds NaN or inf (one reduction; synchronises on a GPU)."""
+    bad = ~torch.isfinite(t)
+    if bool(bad.any()):
+        count = int(bad.sum())
+        first = t[bad].flatten()[0].item()
+        raise ValueError(f"{name} must be finite; got {count} NaN/inf entries (e.g. {first})")
     return t
 
 

@@ -2,7 +2,8 @@ r"""Squared Euclidean distances between points and centroids.
 
 .. math::
 
-    d_{ij} = \lVert x_i - c_j \rVert^2 = \lVert x_i \rVert^2 - 2\, x_i \cdot c_j + \lVert c_j \rVert^2,
+    d_{ij} = \lVert x_i - c_j \rVert^2
+           = \lVert x_i \rVert^2 - 2\, x_i \cdot c_j + \lVert c_j \rVert^2,
     \qquad d_{ij} \leftarrow \max(d_{ij}, 0),
 
 with ``X`` (n, d) the data, ``C`` (k, d) the centroids. The expansion costs one matrix product;
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 
 import torch
 
-from ._validation import check_matrix, check_positive_int
+from ._validation import check_matrix, check_positive_int, compute_dtype
 
 #: Default number of distance entries (rows x k) held at once by chunked computations (16 MiB f32).
 DEFAULT_CHUNK_ELEMENTS = 1 << 22
@@ -81,9 +82,10 @@ def sq_distances(
     Parameters
     ----------
     X : Tensor (n, d)
-        Points, float32 or float64, any device.
+        Points, any device.
     C : Tensor (k, d)
-        Centroids, same dtype and device as ``X``.
+        Centroids, same device as ``X``. The two are promoted to a common dtype; float16,
+        bfloat16 and integers are computed (and returned) in float32.
     X_sq, C_sq : Tensor (n,) and (k,), optional
         Precomputed squared row norms (reused across iterations by the solvers).
     chunk_size : int, optional
@@ -91,12 +93,17 @@ def sq_distances(
 
     Differentiable in ``X`` and ``C`` (autograd through the matrix product).
     """
-    check_matrix(X, "X")
-    check_matrix(C, "C")
+    check_matrix(X, "X", "(n, d)")
+    check_matrix(C, "C", "(k, d)")
     if X.shape[1] != C.shape[1]:
         raise ValueError(
-            f"X has {X.shape[1]} features but C has {C.shape[1]}; they must match"
+            f"X has {X.shape[1]} features but C has {C.shape[1]}; they must match "
+            f"(X shape {tuple(X.shape)}, C shape {tuple(C.shape)})"
         )
+    dtype = compute_dtype(torch.promote_types(X.dtype, C.dtype))
+    X, C = X.to(dtype), C.to(dtype)  # no copy when already ``dtype``
+    X_sq = None if X_sq is None else X_sq.to(dtype)
+    C_sq = None if C_sq is None else C_sq.to(dtype)
     n, k = X.shape[0], C.shape[0]
     rows = chunk_rows(n, k, chunk_size)
     if C_sq is None:
@@ -108,3 +115,21 @@ def sq_distances(
         for s in iter_chunks(n, rows)
     ]
     return torch.cat(parts, dim=0)
+
+
+def shifted_scores(D: torch.Tensor, T: float) -> tuple[torch.Tensor, torch.Tensor] | None:
+    r"""Row-shifted scores ``z_ij = -(d_ij - min_l d_il) / (2T)`` (..., k) and ``min_l d_il``.
+
+    Every simplex mapping and ``logsumexp - max`` is invariant to a per-row constant, so this is
+    ``-D / (2T)`` up to that constant, with the nearest centroid at exactly 0: no overflow to
+    ``-inf`` in a whole row at tiny ``T`` or large distances. The minimum is detached (a constant
+    shift carries no gradient through a shift-invariant map). Returns ``None`` when ``2T`` is
+    zero in ``D``'s dtype (the hard limit ``T -> 0``; e.g. ``T < 7e-46`` in float32).
+    """
+    info = torch.finfo(D.dtype)
+    half_least_subnormal = info.tiny * info.eps / 2
+    two_T = 2.0 * T
+    if two_T <= half_least_subnormal:  # 2T rounds to 0 in D's dtype
+        return None
+    D_min = D.detach().amin(dim=-1, keepdim=True)  # (..., 1)
+    return (D - D_min) / -two_T, D_min

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from ._validation import check_assignment, check_matrix, check_temperature, compute_dtype
-from .distances import sq_distances
+from .distances import shifted_scores, sq_distances
 from .mappings import get_mapping, hardmax
 from .objectives import objective_from_distances
 
@@ -59,9 +59,11 @@ class KMeansLayer(nn.Module):
     ) -> None:
         super().__init__()
         C = torch.as_tensor(centroids).detach().clone()
-        check_matrix(C, "centroids")
+        check_matrix(C, "centroids", "(k, d)")
         if C.shape[0] < 1 or C.shape[1] < 1:
-            raise ValueError(f"centroids must be a non-empty (k, d) matrix; got shape {tuple(C.shape)}")
+            raise ValueError(
+                f"centroids must be a non-empty (k, d) matrix; got shape {tuple(C.shape)}"
+            )
         C = C.to(compute_dtype(C.dtype))
         if not torch.isfinite(C).all():
             raise ValueError("centroids must be finite; got NaN or inf entries")
@@ -137,11 +139,18 @@ class KMeansLayer(nn.Module):
         return self.distances(X) / (-2.0 * self.temperature)
 
     def forward(self, X: Tensor) -> Tensor:
-        """Responsibilities ``R = m(-D / 2T)`` (..., k)."""
+        """Responsibilities ``R = m(-D / 2T)`` (..., k).
+
+        Computed as ``m(-(D - min_j D) / 2T)`` (the same rows: ``m`` ignores a per-row constant),
+        so that tiny temperatures give one-hot rows rather than NaN.
+        """
         D = self.distances(X)
-        if self.assignment == "hard" or self.temperature == 0:
+        shifted = None
+        if self.assignment != "hard" and self.temperature > 0:
+            shifted = shifted_scores(D, self.temperature)
+        if shifted is None:
             return hardmax(-D, dim=-1)
-        return get_mapping(self.assignment)(D / (-2.0 * self.temperature), dim=-1)
+        return get_mapping(self.assignment)(shifted[0], dim=-1)
 
     def predict(self, X: Tensor) -> Tensor:
         """Index of the nearest centroid (ties to the lowest index), shape (...)."""
@@ -163,10 +172,17 @@ class KMeansLayer(nn.Module):
         if T == 0:
             raise ValueError("as_linear needs temperature > 0 (W = C/T); got temperature=0")
         C = self.centroids.detach()
+        W = C / T  # (k, d)
+        b = -(C * C).sum(dim=1) / (2.0 * T)  # (k,)
+        if not (torch.isfinite(W).all() and torch.isfinite(b).all()):
+            raise ValueError(
+                f"as_linear: weight C/T or bias -||c||^2/(2T) overflows {C.dtype} at "
+                f"temperature={T:g}; use a larger temperature or float64 centroids"
+            )
         lin = nn.Linear(self.n_features, self.n_clusters, device=C.device, dtype=C.dtype)
         with torch.no_grad():
-            lin.weight.copy_(C / T)
-            lin.bias.copy_(-(C * C).sum(dim=1) / (2.0 * T))
+            lin.weight.copy_(W)
+            lin.bias.copy_(b)
         return lin
 
     @classmethod

@@ -31,8 +31,14 @@ import math
 import torch
 from torch import Tensor
 
-from ._validation import check_assignment, check_temperature
-from .distances import sq_distances
+from ._validation import (
+    check_assignment,
+    check_finite,
+    check_matrix,
+    check_positive_int,
+    check_temperature,
+)
+from .distances import shifted_scores, sq_distances
 from .mappings import entmax15, sparsemax
 
 __all__ = [
@@ -47,6 +53,7 @@ __all__ = [
 
 
 def _weights(w: Tensor | None, D: Tensor) -> Tensor | None:
+    """``sample_weight`` as a (n,) tensor of D's dtype/device; finite and >= 0, else raise."""
     if w is None:
         return None
     w = torch.as_tensor(w, dtype=D.dtype, device=D.device)
@@ -54,7 +61,20 @@ def _weights(w: Tensor | None, D: Tensor) -> Tensor | None:
         raise ValueError(
             f"sample_weight must have shape ({D.shape[0]},); got {tuple(w.shape)}"
         )
+    check_finite(w, "sample_weight")
+    if bool((w < 0).any()):
+        raise ValueError(
+            f"sample_weight must be >= 0; got a negative entry {w.min().item()}"
+        )
     return w
+
+
+def _distances(X: Tensor, C: Tensor) -> Tensor:
+    """Checked ``sq_distances`` for the objective functions (NaN/inf in X or C raise)."""
+    D = sq_distances(X, C)  # (n, k); validates shapes
+    check_finite(X, "X")
+    check_finite(C, "C")
+    return D
 
 
 def _wsum(per_point: Tensor, w: Tensor | None) -> Tensor:
@@ -68,15 +88,22 @@ def objective_from_distances(
 
     ``assignment="softmax"`` gives ``F^S_T``, ``"entmax15"`` ``F^Ts_T``, ``"sparsemax"``
     ``F^sp_T``, ``"hard"`` (or ``T = 0`` for any of them) gives ``J``. Differentiable.
+    Scores are shifted by the row minimum (:func:`~rbfkmeans.distances.shifted_scores`), so the
+    value stays finite at any ``T > 0``; ``T`` so small that ``2T`` is 0 in ``D``'s dtype gives
+    ``J``.
     """
+    check_matrix(D, "D", "(n, k)")
     assignment = check_assignment(assignment)
     T = check_temperature(T)
     w = _weights(sample_weight, D)
-    if T == 0.0 or assignment == "hard":
+    shifted = None if T == 0.0 or assignment == "hard" else shifted_scores(D, T)
+    if shifted is None:
         return _wsum(D.amin(dim=1), w)
-    z = D / (-2.0 * T)  # (n, k)
+    z, D_min = shifted  # (n, k), (n, 1)
     if assignment == "softmax":
-        return -2.0 * T * _wsum(torch.logsumexp(z, dim=1), w)
+        # -2T logsumexp(-D/2T) = min_j d_ij - 2T logsumexp(z); D_min is detached and the
+        # gradient of the second term alone is R (the shift carries none).
+        return _wsum(D_min.squeeze(1) - 2.0 * T * torch.logsumexp(z, dim=1), w)
     if assignment == "entmax15":
         R = entmax15(z, dim=1)
         ent = (4.0 / 3.0) * (1.0 - R.pow(1.5).sum(dim=1))
@@ -88,41 +115,42 @@ def objective_from_distances(
 
 def kmeans_objective(X: Tensor, C: Tensor, sample_weight: Tensor | None = None) -> Tensor:
     """k-means objective ``J(C) = sum_i w_i min_j ||x_i - c_j||^2``."""
-    return objective_from_distances(sq_distances(X, C), 0.0, "hard", sample_weight)
+    return objective_from_distances(_distances(X, C), 0.0, "hard", sample_weight)
 
 
 def shannon_objective(
     X: Tensor, C: Tensor, T: float, sample_weight: Tensor | None = None
 ) -> Tensor:
     """Shannon (softmax) relaxation ``F_T(C) = -2T sum_i w_i logsumexp_j(-d_ij / 2T)``."""
-    return objective_from_distances(sq_distances(X, C), T, "softmax", sample_weight)
+    return objective_from_distances(_distances(X, C), T, "softmax", sample_weight)
 
 
 def tsallis_objective(
     X: Tensor, C: Tensor, T: float, sample_weight: Tensor | None = None
 ) -> Tensor:
     """Tsallis-1.5 (entmax-1.5) relaxation ``F^Ts_T(C)`` (module docstring)."""
-    return objective_from_distances(sq_distances(X, C), T, "entmax15", sample_weight)
+    return objective_from_distances(_distances(X, C), T, "entmax15", sample_weight)
 
 
 def sparsemax_objective(
     X: Tensor, C: Tensor, T: float, sample_weight: Tensor | None = None
 ) -> Tensor:
     """Gini (sparsemax) relaxation ``F^sp_T(C)`` (module docstring)."""
-    return objective_from_distances(sq_distances(X, C), T, "sparsemax", sample_weight)
+    return objective_from_distances(_distances(X, C), T, "sparsemax", sample_weight)
 
 
 def soft_objective(
     X: Tensor, C: Tensor, T: float, assignment: str, sample_weight: Tensor | None = None
 ) -> Tensor:
     """The relaxation that matches ``assignment`` (``J`` for ``"hard"``)."""
-    return objective_from_distances(sq_distances(X, C), T, assignment, sample_weight)
+    return objective_from_distances(_distances(X, C), T, assignment, sample_weight)
 
 
 def entropy_bound(assignment: str, k: int) -> float:
     """``H_max``: the largest entropy of a k-point distribution for ``assignment``'s regulariser,
     so that ``J - 2T (sum w) H_max <= F_T <= J``."""
     assignment = check_assignment(assignment)
+    k = check_positive_int(k, "k")
     if assignment == "softmax":
         return math.log(k)
     if assignment == "entmax15":

@@ -1,0 +1,280 @@
+"""sq_distances against a direct ``sum_k (x_ik - c_jk)^2`` in float64, chunking, clamp, autograd."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rbfkmeans as rk
+from rbfkmeans import distances as dist_mod
+from rbfkmeans.distances import shifted_scores, sq_distances
+
+
+def direct_sq_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """Reference: ``d_ij = sum_k (x_ik - c_jk)^2`` by broadcasting, in float64 (no expansion)."""
+    X = np.asarray(X, dtype=np.float64)
+    C = np.asarray(C, dtype=np.float64)
+    return ((X[:, None, :] - C[None, :, :]) ** 2).sum(axis=-1)  # (n, k)
+
+
+def rounding_bound(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
+    """Cancellation error allowed by the expansion: a few ulps of ``||x||^2 + ||c||^2``."""
+    eps = torch.finfo(X.dtype).eps
+    d = X.shape[1]
+    X64, C64 = X.double(), C.double()
+    scale = (X64 * X64).sum(1)[:, None] + (C64 * C64).sum(1)[None, :]  # (n, k)
+    return 4 * (d + 2) * eps * scale + 1e-300
+
+
+def random_problem(seed: int, n: int, k: int, d: int, dtype: torch.dtype, scale: float = 3.0):
+    g = torch.Generator().manual_seed(seed)
+    X = (torch.randn(n, d, generator=g, dtype=torch.float64) * scale + 1.0).to(dtype)
+    C = (torch.randn(k, d, generator=g, dtype=torch.float64) * scale - 0.5).to(dtype)
+    return X, C
+
+
+# -- values ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("n", "k", "d"), [(1, 1, 1), (7, 3, 2), (50, 9, 5), (33, 16, 32)])
+def test_matches_direct_reference(dtype: torch.dtype, n: int, k: int, d: int) -> None:
+    X, C = random_problem(n * 100 + k, n, k, d, dtype)
+    D = sq_distances(X, C)
+    assert D.shape == (n, k)
+    assert D.dtype == dtype
+    ref = torch.from_numpy(direct_sq_distances(X.double().numpy(), C.double().numpy()))
+    err = (D.double() - ref).abs()
+    assert (err <= rounding_bound(X, C)).all(), err.max()
+    if dtype == torch.float64:
+        torch.testing.assert_close(D, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_interview_example() -> None:
+    X = torch.tensor([[1.0, 2.0]])
+    C = torch.tensor([[0.0, 0.0], [2.0, 2.0]])
+    assert sq_distances(X, C).tolist() == [[5.0, 1.0]]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    n=st.integers(1, 40),
+    k=st.integers(1, 8),
+    d=st.integers(1, 6),
+    chunk=st.integers(1, 45),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
+def test_chunked_equals_unchunked(seed, n, k, d, chunk, dtype) -> None:
+    X, C = random_problem(seed, n, k, d, dtype)
+    full = sq_distances(X, C)
+    chunked = sq_distances(X, C, chunk_size=chunk)
+    assert chunked.shape == full.shape
+    # the rows of a matrix product do not depend on the other rows, up to kernel blocking
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(chunked, full, rtol=tol, atol=tol * float(full.abs().max() + 1))
+
+
+def test_default_chunking_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a small element budget the default path splits rows; the answer does not change."""
+    X, C = random_problem(0, 700, 8, 3, torch.float64)
+    full = sq_distances(X, C)
+    monkeypatch.setattr(dist_mod, "DEFAULT_CHUNK_ELEMENTS", 256 * 8)
+    assert dist_mod.chunk_rows(700, 8) == 256
+    chunked = sq_distances(X, C)
+    torch.testing.assert_close(chunked, full, rtol=1e-12, atol=1e-12)
+
+
+def test_precomputed_norms() -> None:
+    X, C = random_problem(1, 20, 4, 3, torch.float64)
+    D = sq_distances(X, C)
+    D2 = sq_distances(X, C, X_sq=(X * X).sum(1), C_sq=(C * C).sum(1), chunk_size=6)
+    torch.testing.assert_close(D2, D, rtol=1e-12, atol=1e-12)
+
+
+def test_iter_chunks_cover_rows() -> None:
+    slices = list(dist_mod.iter_chunks(10, 3))
+    assert [(s.start, s.stop) for s in slices] == [(0, 3), (3, 6), (6, 9), (9, 10)]
+    assert list(dist_mod.iter_chunks(0, 3)) == []
+
+
+# -- the clamp -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_coinciding_points_are_zero_up_to_rounding(dtype: torch.dtype) -> None:
+    """x_i == c_j: the expansion cancels to within rounding of ||x||^2, never below 0.
+
+    The clamp removes negative residuals; positive ones of a few ulps of ||x||^2 remain (the
+    matrix product and the row norms sum in different orders), so the bound is checked, with
+    exactly 0 in the cases the arithmetic makes exact.
+    """
+    C = random_problem(3, 1, 12, 6, dtype, scale=50.0)[1]
+    D = sq_distances(C, C)
+    diag = D.diagonal()
+    assert (diag >= 0).all()
+    assert (diag <= rounding_bound(C, C).diagonal().to(dtype)).all()
+    # a point with integer coordinates: every product and sum is exact -> exactly 0
+    Xi = torch.tensor([[3.0, -4.0, 12.0]], dtype=dtype)
+    assert sq_distances(Xi, Xi).item() == 0.0
+    # the interview point against itself and its neighbour
+    x = torch.tensor([[1.0, 2.0]], dtype=dtype)
+    assert sq_distances(x, torch.cat([x, x + 1])).tolist() == [[0.0, 2.0]]
+
+
+def test_clamp_is_needed_and_applied() -> None:
+    """Find coinciding points whose unclamped expansion is negative; the result is 0 there."""
+    g = torch.Generator().manual_seed(7)
+    C = torch.randn(200, 16, generator=g) * 100 + 300  # float32, large norms: big cancellation
+    # the same expansion without the clamp, from the module's own pieces
+    raw = dist_mod.cross_term(C, C) + dist_mod.row_norms_sq(C)[:, None]  # (k, k)
+    assert (raw.diagonal() < 0).any(), "test data should exercise the clamp"
+    D = sq_distances(C, C)
+    assert (D >= 0).all()
+    torch.testing.assert_close(D, raw.clamp(min=0), rtol=0, atol=0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    offset=st.sampled_from([0.0, 1.0, 1e3, -1e4]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
+def test_never_negative_with_duplicates(seed: int, offset: float, dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(seed)
+    C = torch.randn(5, 4, generator=g, dtype=torch.float64) + offset
+    idx = torch.randint(0, 5, (30,), generator=g)
+    noise = torch.randn(30, 4, generator=g, dtype=torch.float64) * 1e-7
+    noise[::2] = 0  # half the points coincide exactly with a centroid
+    X = (C[idx] + noise).to(dtype)
+    C = C.to(dtype)
+    D = sq_distances(X, C, chunk_size=7)
+    assert torch.isfinite(D).all()
+    assert (D >= 0).all()
+    same = torch.arange(0, 30, 2)  # the exact coincidences
+    assert (D[same, idx[same]] <= rounding_bound(X, C)[same, idx[same]]).all()
+
+
+# -- dtypes, inputs untouched ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("low", [torch.float16, torch.bfloat16])
+def test_half_precision_computed_in_float32(low: torch.dtype) -> None:
+    X, C = random_problem(4, 10, 3, 4, torch.float32)
+    Xl, Cl = X.to(low), C.to(low)
+    D = sq_distances(Xl, Cl)
+    assert D.dtype == torch.float32
+    ref = sq_distances(Xl.float(), Cl.float())
+    torch.testing.assert_close(D, ref)
+
+
+def test_mixed_dtypes_promote() -> None:
+    X, C = random_problem(5, 6, 3, 2, torch.float64)
+    D = sq_distances(X.float(), C)
+    assert D.dtype == torch.float64
+    ref = direct_sq_distances(X.float().double().numpy(), C.numpy())
+    np.testing.assert_allclose(D.numpy(), ref, rtol=1e-12, atol=1e-12)
+
+
+def test_inputs_not_modified() -> None:
+    X, C = random_problem(6, 9, 4, 3, torch.float32)
+    X0, C0 = X.clone(), C.clone()
+    X_sq, C_sq = (X * X).sum(1), (C * C).sum(1)
+    X_sq0, C_sq0 = X_sq.clone(), C_sq.clone()
+    sq_distances(X, C, X_sq=X_sq, C_sq=C_sq, chunk_size=4)
+    sq_distances(X, C)
+    for a, b in [(X, X0), (C, C0), (X_sq, X_sq0), (C_sq, C_sq0)]:
+        assert torch.equal(a, b)
+
+
+# -- autograd --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunk_size", [None, 3])
+def test_gradcheck(chunk_size: int | None) -> None:
+    X, C = random_problem(8, 7, 4, 3, torch.float64)  # generic points: no zero distance
+    X.requires_grad_(True)
+    C.requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda a, b: sq_distances(a, b, chunk_size=chunk_size), (X, C))
+    assert torch.autograd.gradgradcheck(lambda a, b: sq_distances(a, b), (X, C))
+
+
+def test_gradient_matches_closed_form() -> None:
+    """d/dC of sum_ij G_ij d_ij = sum_i G_ij 2 (c_j - x_i); d/dX = sum_j G_ij 2 (x_i - c_j)."""
+    X, C = random_problem(9, 6, 3, 2, torch.float64)
+    G = torch.rand(6, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    X.requires_grad_(True)
+    C.requires_grad_(True)
+    (sq_distances(X, C) * G).sum().backward()
+    Xd, Cd = X.detach(), C.detach()
+    gC = 2 * (G.sum(0)[:, None] * Cd - G.T @ Xd)
+    gX = 2 * (G.sum(1)[:, None] * Xd - G @ Cd)
+    torch.testing.assert_close(C.grad, gC, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(X.grad, gX, rtol=1e-12, atol=1e-12)
+
+
+# -- bad input -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("X", "C", "kwargs", "exc", "words"),
+    [
+        (torch.zeros(4, 3), torch.zeros(2, 2), {}, ValueError, ["X", "3", "C", "2", "features"]),
+        (torch.zeros(4), torch.zeros(2, 4), {}, ValueError, ["X", "2-D", "(4,)"]),
+        (torch.zeros(4, 2), torch.zeros(1, 2, 2), {}, ValueError, ["C", "2-D", "(1, 2, 2)"]),
+        (np.zeros((4, 2)), torch.zeros(2, 2), {}, TypeError, ["X", "ndarray"]),
+        (torch.zeros(4, 2), [[0.0, 0.0]], {}, TypeError, ["C", "list"]),
+        (torch.zeros(4, 2), torch.zeros(2, 2), {"chunk_size": 0}, ValueError, ["chunk_size", "0"]),
+        (
+            torch.zeros(4, 2),
+            torch.zeros(2, 2),
+            {"chunk_size": 2.5},
+            TypeError,
+            ["chunk_size", "2.5"],
+        ),
+        (
+            torch.zeros(4, 2),
+            torch.zeros(2, 2),
+            {"chunk_size": True},
+            TypeError,
+            ["chunk_size", "True"],
+        ),
+    ],
+)
+def test_bad_input(X, C, kwargs, exc, words) -> None:
+    with pytest.raises(exc) as info:
+        sq_distances(X, C, **kwargs)
+    for w in words:
+        assert w in str(info.value), (w, str(info.value))
+
+
+def test_numpy_integer_chunk_size_accepted() -> None:
+    X, C = random_problem(10, 5, 2, 2, torch.float64)
+    torch.testing.assert_close(sq_distances(X, C, chunk_size=np.int64(2)), sq_distances(X, C))
+
+
+# -- shifted scores --------------------------------------------------------------------------------
+
+
+def test_shifted_scores() -> None:
+    D = torch.tensor([[5.0, 1.0], [2.0, 2.0]])
+    out = shifted_scores(D, 0.5)
+    assert out is not None
+    z, D_min = out
+    assert z.tolist() == [[-4.0, 0.0], [0.0, 0.0]]
+    assert D_min.tolist() == [[1.0], [2.0]]
+    # tiny T: finite, the nearest centroid at 0, the others -inf at worst
+    z_tiny = shifted_scores(torch.tensor([[1e30, 3.0]]), 1e-30)
+    assert z_tiny is not None
+    assert z_tiny[0][0, 1] == 0
+    assert z_tiny[0][0, 0] == -torch.inf
+    # 2T below float32's smallest subnormal: the hard limit
+    assert shifted_scores(D, 1e-46) is None
+    assert shifted_scores(D.double(), 1e-46) is not None
+
+
+def test_public_name() -> None:
+    assert rk.sq_distances is sq_distances
