@@ -1,0 +1,713 @@
+r"""``RBFKMeans``: scikit-learn compatible k-means that anneals a soft RBF assignment into Lloyd's.
+
+.. math::
+
+    \min_C\; F_T(C) = \min_R \sum_{ij} w_i r_{ij} \lVert x_i - c_j\rVert^2 - 2T \sum_i w_i H(r_i)
+    \;\xrightarrow[T\to 0]{}\; J(C) = \sum_i w_i \min_j \lVert x_i - c_j\rVert^2
+
+with ``H`` the entropy matching the mapping (Shannon for softmax, Tsallis-1.5 for entmax15, Gini
+for sparsemax). The fit starts above the first critical temperature ``T_c`` (all centroids at the
+weighted mean), cools geometrically, iterates the soft-Lloyd step ``c_j <- m_j`` (the gradient
+step with ``eta_j = 1/(2 N_j)``) to a fixed point at each temperature, warm-starts the next one,
+stops once every membership is one-hot, and polishes with exact hard Lloyd iterations until the
+labels no longer change: the result is a Lloyd fixed point.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+from torch import Tensor
+
+from ._validation import ASSIGNMENTS, check_temperature
+from .distances import row_norms_sq, sq_distances
+from .fitting import (
+    Comm,
+    Stats,
+    anneal,
+    cluster_stats,
+    gradient_step,
+    kmeans_plusplus,
+    lloyd,
+    relocate_empty,
+)
+from .layer import KMeansLayer
+from .mappings import get_mapping, hardmax
+from .schedules import covariance_eigmax, critical_temperature_factor, geometric_schedule
+
+__all__ = ["RBFKMeans"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the parameter table: name -> (rule, check)
+# ---------------------------------------------------------------------------------------------
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_real(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))
+
+
+_PARAMETERS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "n_clusters": ("an integer >= 1", lambda v: _is_int(v) and v >= 1),
+    "assignment": (
+        "one of " + ", ".join(repr(a) for a in ASSIGNMENTS),
+        lambda v: isinstance(v, str) and v in ASSIGNMENTS,
+    ),
+    "init": (
+        "'auto', 'mean', 'k-means++', 'random', an array (n_clusters, n_features) or a callable",
+        lambda v: callable(v)
+        or hasattr(v, "__array__")
+        or (isinstance(v, str) and v in ("auto", "mean", "k-means++", "random")),
+    ),
+    "n_init": ("'auto' or an integer >= 1", lambda v: v == "auto" or (_is_int(v) and v >= 1)),
+    "max_iter": ("an integer >= 1", lambda v: _is_int(v) and v >= 1),
+    "tol": ("a finite number >= 0", lambda v: _is_real(v) and v >= 0),
+    "T_start": ("None or a finite number > 0", lambda v: v is None or (_is_real(v) and v > 0)),
+    "T_end": ("None or a finite number > 0", lambda v: v is None or (_is_real(v) and v > 0)),
+    "cooling": ("a number in (0, 1)", lambda v: _is_real(v) and 0 < v < 1),
+    "max_iter_per_temperature": ("an integer >= 1", lambda v: _is_int(v) and v >= 1),
+    "temperature": ("None or a finite number >= 0", lambda v: v is None or (_is_real(v) and v >= 0)),
+    "perturbation": ("a finite number >= 0", lambda v: _is_real(v) and v >= 0),
+    "solver": ("'lloyd' or 'gradient'", lambda v: v in ("lloyd", "gradient")),
+    "optimizer": ("None or a callable(params) -> torch.optim.Optimizer",
+                  lambda v: v is None or callable(v)),
+    "chunk_size": ("None or an integer >= 1", lambda v: v is None or (_is_int(v) and v >= 1)),
+    "random_state": (
+        "None, an integer or a numpy RandomState",
+        lambda v: v is None or _is_int(v) or isinstance(v, np.random.RandomState),
+    ),
+    "device": ("None, a string or a torch.device",
+               lambda v: v is None or isinstance(v, str | torch.device)),
+    "dtype": (
+        "None, 'float32', 'float64' or the torch/numpy float32/float64 dtype",
+        lambda v: v is None or _torch_dtype(v) is not None,
+    ),
+    "verbose": ("a bool or an integer >= 0", lambda v: isinstance(v, bool) or (_is_int(v) and v >= 0)),
+}
+
+
+def _torch_dtype(v: Any) -> torch.dtype | None:
+    table = {
+        "float32": torch.float32, "float64": torch.float64,
+        torch.float32: torch.float32, torch.float64: torch.float64,
+    }
+    if v in table:
+        return table[v]
+    try:
+        name = np.dtype(v).name
+    except TypeError:
+        return None
+    return table.get(name)
+
+
+class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
+    r"""k-means by annealing a soft (RBF) assignment into Lloyd's hard one.
+
+    Parameters
+    ----------
+    n_clusters : int, default 8
+        ``k``, the number of centroids.
+    assignment : {"entmax15", "softmax", "sparsemax", "hard"}, default "entmax15"
+        The simplex mapping of the soft assignment. ``"hard"`` is plain Lloyd (no annealing) and,
+        from the same ``init``, reproduces ``sklearn.cluster.KMeans(algorithm="lloyd")``.
+    init : {"auto", "mean", "k-means++", "random"}, array (k, d) or callable, default "auto"
+        Start of the fit. ``"auto"`` is ``"mean"`` (annealing from the data mean, where every
+        centroid sits above ``T_c``) for soft assignments and ``"k-means++"`` for ``"hard"``.
+        A callable is called as ``init(X, n_clusters, random_state)``.
+    n_init : "auto" or int, default "auto"
+        Number of runs (different seeds); the one with the lowest inertia is kept. ``"auto"``:
+        1, except 10 for ``init="random"`` with ``"hard"`` (as scikit-learn).
+    max_iter : int, default 300
+        Iterations of the final hard Lloyd polish (or of plain Lloyd).
+    tol : float, default 1e-4
+        Relative tolerance, in units of the mean feature variance, on the squared centroid shift:
+        the stopping rule of the iterations at each temperature (and of plain Lloyd, as in
+        scikit-learn). The final polish runs until the labels no longer change.
+    T_start : float, optional
+        First temperature; default ``1.2 T_c`` with ``T_c`` the first critical temperature
+        (``lambda_max(Cov X)`` for softmax, ``sqrt(k) lambda_max`` for entmax15,
+        ``k lambda_max`` for sparsemax; see :mod:`rbfkmeans.schedules`).
+    T_end : float, optional
+        Coldest temperature of the ladder; default ``1e-6 T_c``. The ladder usually stops earlier,
+        as soon as every membership is one-hot.
+    cooling : float, default 0.85
+        Ratio between consecutive temperatures.
+    max_iter_per_temperature : int, default 30
+        Soft-Lloyd iterations at one temperature at most.
+    temperature : float, optional
+        Temperature of ``predict_proba`` and ``to_layer`` (default: the last one of the fit).
+    perturbation : float, default 1e-4
+        Symmetric-breaking noise added before each temperature, relative to ``sqrt(lambda_max)``.
+    solver : {"lloyd", "gradient"}, default "lloyd"
+        ``"gradient"`` optimises the centroids of a :class:`KMeansLayer` with autograd on ``F_T``:
+        with ``optimizer=None`` by the per-cluster step ``eta_j = 1/(2 N_j)`` (identical to
+        ``"lloyd"``), otherwise with ``optimizer(params)`` (any ``torch.optim`` optimiser) for
+        ``max_iter_per_temperature`` steps per temperature on ``F_T / sum(w)``.
+    optimizer : callable, optional
+        ``params -> torch.optim.Optimizer`` for ``solver="gradient"``, e.g.
+        ``lambda p: torch.optim.Adam(p, lr=0.1)``.
+    chunk_size : int, optional
+        Rows per chunk (default: about 4M memberships per chunk). No pass holds more.
+    random_state : int, RandomState or None
+        Seeds the initialisation and the perturbations.
+    device, dtype : optional
+        Torch device of the computation (default CPU) and its dtype (default: float64 for float64
+        input, float32 otherwise; float16/bfloat16 data is computed in float32).
+    verbose : bool or int, default 0
+        Progress bar over the temperatures (and Lloyd iterations) when set.
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray (k, d)
+    labels_ : ndarray (n,)
+        Nearest centroid of each training point.
+    inertia_ : float
+        ``J`` at ``cluster_centers_`` (weighted).
+    n_iter_ : int
+        Iterations run in total (soft and hard) by the best run.
+    n_features_in_ : int
+    temperatures_ : ndarray
+        The temperatures actually run (the schedule, cut where the assignments became hard).
+    temperature_ : float
+        The last temperature of the fit (``0`` for ``"hard"``).
+    critical_temperature_ : float
+        The predicted first critical temperature ``T_c``.
+    history_ : list of dict
+        Per temperature: ``T``, ``centers`` (k, d), ``objective`` (``F_T``), ``inertia`` (``J``),
+        ``n_soft`` (weight of points with non one-hot memberships), ``n_iter``.
+    """
+
+    def __init__(
+        self,
+        n_clusters: int = 8,
+        *,
+        assignment: str = "entmax15",
+        init: Any = "auto",
+        n_init: int | str = "auto",
+        max_iter: int = 300,
+        tol: float = 1e-4,
+        T_start: float | None = None,
+        T_end: float | None = None,
+        cooling: float = 0.85,
+        max_iter_per_temperature: int = 30,
+        temperature: float | None = None,
+        perturbation: float = 1e-4,
+        solver: str = "lloyd",
+        optimizer: Callable[..., torch.optim.Optimizer] | None = None,
+        chunk_size: int | None = None,
+        random_state: int | np.random.RandomState | None = None,
+        device: str | torch.device | None = None,
+        dtype: Any = None,
+        verbose: bool | int = 0,
+    ) -> None:
+        self.n_clusters = n_clusters
+        self.assignment = assignment
+        self.init = init
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.T_start = T_start
+        self.T_end = T_end
+        self.cooling = cooling
+        self.max_iter_per_temperature = max_iter_per_temperature
+        self.temperature = temperature
+        self.perturbation = perturbation
+        self.solver = solver
+        self.optimizer = optimizer
+        self.chunk_size = chunk_size
+        self.random_state = random_state
+        self.device = device
+        self.dtype = dtype
+        self.verbose = verbose
+
+    # -- validation ---------------------------------------------------------------------------
+    def _check_params(self) -> None:
+        for name, (rule, ok) in _PARAMETERS.items():
+            value = getattr(self, name)
+            if not ok(value):
+                raise ValueError(f"{name} must be {rule}; got {value!r}")
+
+    def _torch_device(self) -> torch.device:
+        return torch.device(self.device) if self.device is not None else torch.device("cpu")
+
+    def _compute_dtype(self, X: np.ndarray) -> torch.dtype:
+        if self.dtype is not None:
+            dt = _torch_dtype(self.dtype)
+            assert dt is not None
+            return dt
+        return torch.float64 if X.dtype == np.float64 else torch.float32
+
+    def _check_X(self, X: Any, *, reset: bool) -> np.ndarray:
+        X = _as_float32_if_half(X)
+        return validate_data(
+            self, X, reset=reset, dtype=[np.float64, np.float32], ensure_min_samples=1,
+            accept_sparse=False, copy=False,
+        )
+
+    def _to_torch(self, X: np.ndarray) -> Tensor:
+        dt = self._compute_dtype(X) if not hasattr(self, "_dtype_") else self._dtype_
+        with warnings.catch_warnings():  # read-only arrays (memmaps) are only read, never written
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            return torch.as_tensor(X).to(device=self._torch_device(), dtype=dt)
+
+    def _weights(self, sample_weight: Any, X: np.ndarray) -> Tensor | None:
+        if sample_weight is None:
+            return None
+        sw = np.asarray(sample_weight) if not isinstance(sample_weight, np.ndarray) else sample_weight
+        if sw.ndim == 1 and sw.shape[0] == X.shape[0] and np.issubdtype(sw.dtype, np.number):
+            bad = ~np.isfinite(sw.astype(np.float64))
+            if bad.any():
+                raise ValueError(
+                    f"sample_weight must be finite; got {sw[bad][0]!r} at index {np.flatnonzero(bad)[0]}"
+                )
+            if (sw < 0).any():
+                i = int(np.flatnonzero(sw < 0)[0])
+                raise ValueError(f"sample_weight must be >= 0; got {sw[i]!r} at index {i}")
+        sw = _check_sample_weight(sample_weight, X, dtype=X.dtype, ensure_non_negative=True)
+        return torch.as_tensor(sw).to(device=self._torch_device(), dtype=self._dtype_)
+
+    # -- fitting ------------------------------------------------------------------------------
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> RBFKMeans:
+        """Fit the centroids to ``X`` (n, d) with optional non-negative ``sample_weight`` (n,).
+
+        Under an initialised ``torch.distributed`` process group, ``X`` is this rank's shard and
+        every rank ends with the centroids of the fit on the concatenated data.
+        """
+        self._check_params()
+        X = self._check_X(X, reset=True)
+        comm = Comm.auto()
+        n_total = sum(comm.counts(X.shape[0]))
+        if n_total < self.n_clusters:
+            raise ValueError(
+                f"n_samples={n_total} should be >= n_clusters={self.n_clusters}"
+            )
+        self._dtype_ = self._compute_dtype(X)
+        Xt = self._to_torch(X)  # (n, d)
+        w = self._weights(sample_weight, X)  # (n,) or None
+        rng = check_random_state(self.random_state)
+        X_sq = row_norms_sq(Xt)  # (n,)
+        mean_var = _mean_variance(Xt, w, comm)
+        abs_tol = float(self.tol) * mean_var
+        lam = _eigmax(Xt, w, comm)
+        self.critical_temperature_ = critical_temperature_factor(self.assignment, self.n_clusters) * lam
+
+        n_init = self._n_init()
+        best: dict[str, Any] | None = None
+        for run in range(n_init):
+            seed = int(rng.randint(np.iinfo(np.int32).max))
+            result = self._fit_one(Xt, w, X_sq, seed, abs_tol, lam, comm, run)
+            if best is None or result["inertia"] < best["inertia"]:
+                best = result
+        assert best is not None
+        self._set_fitted(best, X)
+        return self
+
+    def _n_init(self) -> int:
+        if self.n_init != "auto":
+            return int(self.n_init)
+        return 10 if (self.assignment == "hard" and isinstance(self.init, str)
+                      and self.init == "random") else 1
+
+    def _initial_centers(
+        self, Xt: Tensor, w: Tensor | None, X_sq: Tensor, gen: torch.Generator, seed: int,
+        comm: Comm,
+    ) -> Tensor:
+        k = self.n_clusters
+        init = self.init
+        if isinstance(init, str) and init == "auto":
+            init = "k-means++" if self.assignment == "hard" else "mean"
+        if isinstance(init, str):
+            if init == "mean":
+                wt = torch.ones(Xt.shape[0], dtype=Xt.dtype, device=Xt.device) if w is None else w
+                tot = wt.sum().reshape(1)
+                s = wt @ Xt  # (d,)
+                comm.sum_(tot, s)
+                return (s / tot).unsqueeze(0).repeat(k, 1)
+            if init == "k-means++":
+                return kmeans_plusplus(Xt, k, sample_weight=w, generator=gen, X_sq=X_sq,
+                                       chunk_size=self.chunk_size, comm=comm)
+            # "random": k distinct rows drawn uniformly (weighted) from the data
+            idx = torch.multinomial(
+                (torch.ones(Xt.shape[0], dtype=torch.float64) if w is None else w.double().cpu()),
+                k, replacement=False, generator=gen,
+            )
+            if comm.active:
+                raise ValueError("init='random' is not supported under torch.distributed; "
+                                 "use 'k-means++' or 'mean'")
+            return Xt[idx.to(Xt.device)].clone()
+        if callable(init):
+            C0 = np.asarray(init(Xt.cpu().numpy(), k, np.random.RandomState(seed)))
+        else:
+            C0 = np.asarray(init)
+        if C0.shape != (k, Xt.shape[1]):
+            raise ValueError(
+                f"init array must have shape (n_clusters, n_features) = ({k}, {Xt.shape[1]}); "
+                f"got {C0.shape}"
+            )
+        if not np.isfinite(C0).all():
+            raise ValueError("init array must be finite; got NaN or inf entries")
+        return torch.as_tensor(C0).to(device=Xt.device, dtype=Xt.dtype).clone()
+
+    def _fit_one(
+        self, Xt: Tensor, w: Tensor | None, X_sq: Tensor, seed: int, abs_tol: float,
+        lam: float, comm: Comm, run: int,
+    ) -> dict[str, Any]:
+        gen = torch.Generator().manual_seed(seed)
+        C = self._initial_centers(Xt, w, X_sq, gen, seed, comm)
+        temps: list[float] = []
+        history: list[dict[str, Any]] = []
+        n_soft_iter = 0
+        if self.assignment != "hard":
+            Tc = self.critical_temperature_
+            T_start = self.T_start if self.T_start is not None else 1.2 * Tc
+            T_end = self.T_end if self.T_end is not None else 1e-6 * Tc
+            if T_start <= 0 or T_end <= 0:  # constant data: nothing to anneal
+                ladder = np.array([])
+            else:
+                ladder = geometric_schedule(T_start, min(T_end, T_start), self.cooling)
+            bar = _progress(self.verbose, len(ladder), f"anneal (run {run + 1})")
+            perturb = float(self.perturbation) * math.sqrt(max(lam, 0.0))
+
+            def tick(T: float, it: int) -> None:
+                if bar is not None:
+                    bar.set_postfix(T=f"{T:.3g}", iters=it)
+                    bar.update(1)
+
+            if self.solver == "gradient":
+                res = _anneal_gradient(
+                    self, Xt, C, ladder, w, abs_tol, perturb, gen, tick
+                )
+            else:
+                res = anneal(
+                    Xt, C, ladder, self.assignment, sample_weight=w,
+                    max_iter=self.max_iter_per_temperature, tol=abs_tol, perturbation=perturb,
+                    generator=gen, X_sq=X_sq, chunk_size=self.chunk_size, comm=comm,
+                    progress=tick,
+                )
+            if bar is not None:
+                bar.close()
+            C, temps, n_soft_iter = res.C, res.temperatures, res.n_iter
+            history = [
+                {"T": h["T"], "centers": _np(h["C"]), "objective": h["objective"],
+                 "inertia": h["inertia"], "n_soft": h["n_soft"], "n_iter": h["n_iter"]}
+                for h in res.history
+            ]
+            polish_tol = 0.0  # strict: run until the labels settle (a Lloyd fixed point)
+        else:
+            polish_tol = abs_tol
+        hard = lloyd(
+            Xt, C, sample_weight=w, max_iter=self.max_iter, tol=polish_tol, X_sq=X_sq,
+            chunk_size=self.chunk_size, comm=comm,
+        )
+        if not hard.converged and self.assignment != "hard":
+            warnings.warn(
+                f"the hard Lloyd polish did not settle in max_iter={self.max_iter} iterations; "
+                "increase max_iter",
+                ConvergenceWarning,
+                stacklevel=4,
+            )
+        return {
+            "C": hard.C, "labels": hard.labels, "inertia": hard.inertia,
+            "n_iter": n_soft_iter + hard.n_iter, "temperatures": temps, "history": history,
+        }
+
+    def _set_fitted(self, best: dict[str, Any], X: np.ndarray) -> None:
+        self.cluster_centers_ = _np(best["C"]).astype(X.dtype, copy=False)
+        self.labels_ = _np(best["labels"]).astype(np.int64)
+        self.inertia_ = float(best["inertia"])
+        self.n_iter_ = int(best["n_iter"])
+        self.temperatures_ = np.asarray(best["temperatures"], dtype=np.float64)
+        self.temperature_ = float(self.temperatures_[-1]) if self.temperatures_.size else 0.0
+        self.history_ = best["history"]
+        self._online_counts = None
+        distinct = np.unique(self.cluster_centers_, axis=0).shape[0]
+        if distinct < self.n_clusters:
+            warnings.warn(
+                f"Number of distinct clusters ({distinct}) found smaller than "
+                f"n_clusters ({self.n_clusters}). Possibly due to duplicate points in X.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+
+    # -- inference ----------------------------------------------------------------------------
+    def _centers_t(self) -> Tensor:
+        return torch.as_tensor(self.cluster_centers_).to(
+            device=self._torch_device(), dtype=self._dtype_
+        )
+
+    def predict(self, X: Any, sample_weight: Any = None) -> np.ndarray:
+        """Index of the nearest centroid of each row of ``X`` (ties to the lowest index)."""
+        check_is_fitted(self)
+        X = self._check_X(X, reset=False)
+        st = cluster_stats(self._to_torch(X), self._centers_t(), 0.0, "hard",
+                           chunk_size=self.chunk_size, return_labels=True,
+                           comm=Comm(active=False))
+        assert st.labels is not None
+        return _np(st.labels).astype(np.int64)
+
+    def fit_predict(self, X: Any, y: Any = None, sample_weight: Any = None) -> np.ndarray:
+        """Fit and return ``labels_``."""
+        return self.fit(X, sample_weight=sample_weight).labels_
+
+    def predict_proba(self, X: Any, temperature: float | None = None) -> np.ndarray:
+        """Memberships ``R = m(-D / 2T)`` (n, k) at ``temperature`` (default: the estimator's
+        ``temperature``, else the last temperature of the fit). Rows sum to one; entmax15 and
+        sparsemax rows are sparse (exact zeros). ``T = 0`` or ``assignment="hard"``: one-hot."""
+        check_is_fitted(self)
+        X = self._check_X(X, reset=False)
+        T = self._proba_temperature(temperature)
+        Xt, C = self._to_torch(X), self._centers_t()
+        out = np.empty((X.shape[0], self.n_clusters), dtype=X.dtype)
+        from .distances import chunk_rows, iter_chunks
+
+        with torch.no_grad():
+            for s in iter_chunks(X.shape[0], chunk_rows(X.shape[0], self.n_clusters, self.chunk_size)):
+                D = sq_distances(Xt[s], C)
+                if T == 0.0 or self.assignment == "hard":
+                    R = hardmax(-D, dim=1)
+                else:
+                    R = get_mapping(self.assignment)(D / (-2.0 * T), dim=1)
+                out[s] = _np(R)
+        return out
+
+    def _proba_temperature(self, temperature: float | None) -> float:
+        if temperature is not None:
+            return check_temperature(temperature)
+        if self.temperature is not None:
+            return check_temperature(self.temperature)
+        return self.temperature_
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Euclidean distances (n, k) to the centroids (as ``sklearn.cluster.KMeans``)."""
+        check_is_fitted(self)
+        X = self._check_X(X, reset=False)
+        with torch.no_grad():
+            D = sq_distances(self._to_torch(X), self._centers_t(), chunk_size=self.chunk_size)
+        return _np(D.sqrt_()).astype(X.dtype, copy=False)
+
+    def fit_transform(self, X: Any, y: Any = None, sample_weight: Any = None) -> np.ndarray:
+        return self.fit(X, sample_weight=sample_weight).transform(X)
+
+    def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
+        """Minus the (weighted) k-means objective ``J`` of ``X`` at the fitted centroids."""
+        check_is_fitted(self)
+        X = self._check_X(X, reset=False)
+        w = self._weights(sample_weight, X)
+        st = cluster_stats(self._to_torch(X), self._centers_t(), 0.0, "hard", sample_weight=w,
+                           chunk_size=self.chunk_size, comm=Comm(active=False))
+        return -st.inertia
+
+    # -- online -------------------------------------------------------------------------------
+    def partial_fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> RBFKMeans:
+        r"""Online update from a batch (MacQueen 1967; with a temperature, its soft version).
+
+        For each point ``x`` with weight ``w`` and memberships ``r`` (one-hot when hard, else
+        ``m(-d/2T)`` at ``temperature``), every centroid moves by
+        ``c_j <- c_j + w r_j (x - c_j) / n_j`` with the running count ``n_j <- n_j + w r_j``:
+        the SGD step on ``J`` (or ``F_T``) for that point with ``eta_j = 1/(2 n_j)``. The points
+        of a batch are processed in order. The first call initialises the centroids with
+        k-means++ on its batch (which needs at least ``n_clusters`` rows).
+        """
+        first = not hasattr(self, "cluster_centers_")
+        if first:
+            self._check_params()
+        X = self._check_X(X, reset=first)
+        if first:
+            if X.shape[0] < self.n_clusters:
+                raise ValueError(
+                    f"the first partial_fit batch needs n_samples >= n_clusters={self.n_clusters};"
+                    f" got n_samples={X.shape[0]}"
+                )
+            self._dtype_ = self._compute_dtype(X)
+        Xt = self._to_torch(X)
+        w = self._weights(sample_weight, X)
+        rng = check_random_state(self.random_state)
+        if first:
+            gen = torch.Generator().manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
+            C = kmeans_plusplus(Xt, self.n_clusters, sample_weight=w, generator=gen,
+                                comm=Comm(active=False))
+            counts = torch.zeros(self.n_clusters, dtype=Xt.dtype, device=Xt.device)
+            self.n_iter_ = 0
+            self.temperatures_ = np.array([], dtype=np.float64)
+            self.temperature_ = 0.0 if self.temperature is None else float(self.temperature)
+            self.history_ = []
+            self.critical_temperature_ = float("nan")
+        else:
+            C = self._centers_t()
+            counts = torch.as_tensor(self._online_counts).to(Xt.device, Xt.dtype) \
+                if getattr(self, "_online_counts", None) is not None \
+                else torch.zeros(self.n_clusters, dtype=Xt.dtype, device=Xt.device)
+        T = 0.0 if self.temperature is None else float(self.temperature)
+        C, counts = macqueen_updates(Xt, C, counts, T, self.assignment, w)
+        self.cluster_centers_ = _np(C).astype(X.dtype, copy=False)
+        self._online_counts = _np(counts)
+        self.n_iter_ += 1
+        st = cluster_stats(Xt, C, 0.0, "hard", sample_weight=w, return_labels=True,
+                           comm=Comm(active=False))
+        assert st.labels is not None
+        self.labels_ = _np(st.labels).astype(np.int64)
+        self.inertia_ = st.inertia
+        return self
+
+    # -- export -------------------------------------------------------------------------------
+    def to_layer(self, temperature: float | None = None, assignment: str | None = None) -> KMeansLayer:
+        """A :class:`KMeansLayer` holding the fitted centroids, at ``temperature`` (default as
+        :meth:`predict_proba`) with this estimator's mapping (or ``assignment``)."""
+        check_is_fitted(self)
+        T = self._proba_temperature(temperature)
+        return KMeansLayer(
+            torch.as_tensor(self.cluster_centers_).to(self._dtype_),
+            temperature=T,
+            assignment=assignment or self.assignment,
+        )
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = False
+        return tags
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def macqueen_updates(
+    X: Tensor, C: Tensor, counts: Tensor, T: float, assignment: str, w: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """Sequential MacQueen updates over the rows of ``X`` (see ``RBFKMeans.partial_fit``)."""
+    C = C.clone()
+    counts = counts.clone()
+    hard = assignment == "hard" or T == 0.0
+    mapping = None if hard else get_mapping(assignment)
+    for i in range(X.shape[0]):
+        x = X[i]  # (d,)
+        d = ((C - x) ** 2).sum(dim=1)  # (k,)
+        if hard:
+            r = torch.zeros_like(d)
+            r[int(d.argmin())] = 1.0
+        else:
+            assert mapping is not None
+            r = mapping(d / (-2.0 * T), dim=0)
+        wr = r if w is None else r * w[i]  # (k,)
+        counts += wr
+        step = torch.where(counts > 0, wr / counts.clamp(min=torch.finfo(C.dtype).tiny), 0.0)
+        C += step.unsqueeze(1) * (x - C)
+    return C, counts
+
+
+def _anneal_gradient(
+    est: RBFKMeans, Xt: Tensor, C: Tensor, ladder: Iterable[float], w: Tensor | None,
+    abs_tol: float, perturb: float, gen: torch.Generator, tick: Callable[[float, int], None],
+) -> Any:
+    """The annealing loop with autograd steps on a :class:`KMeansLayer` (``solver="gradient"``)."""
+    from .fitting import AnnealResult
+
+    layer = KMeansLayer(C, temperature=1.0, assignment=est.assignment)
+    wsum = float(Xt.shape[0]) if w is None else float(w.sum())
+    opt = est.optimizer(layer.parameters()) if est.optimizer is not None else None
+    temps: list[float] = []
+    history: list[dict[str, object]] = []
+    total = 0
+    for T in ladder:
+        T = float(T)
+        with torch.no_grad():
+            if perturb > 0:
+                noise = torch.randn(C.shape, generator=gen, dtype=torch.float64)
+                layer.centroids.add_((perturb * noise).to(layer.centroids))
+        layer.temperature = T
+        it = 0
+        for it in range(1, est.max_iter_per_temperature + 1):
+            C_old = layer.centroids.detach().clone()
+            if opt is None:
+                C_new, _, N = gradient_step(Xt, C_old, T, est.assignment, sample_weight=w)
+                if bool((N <= 0).any()):
+                    C_new = relocate_empty(Xt, C_new, N <= 0, chunk_size=est.chunk_size)
+                with torch.no_grad():
+                    layer.centroids.copy_(C_new)
+            else:
+                opt.zero_grad()
+                loss = layer.objective(Xt, w) / wsum
+                loss.backward()
+                opt.step()
+            shift = float(((layer.centroids.detach() - C_old) ** 2).sum())
+            if shift <= abs_tol:
+                break
+        total += it
+        temps.append(T)
+        st: Stats = cluster_stats(Xt, layer.centroids.detach(), T, est.assignment,
+                                  sample_weight=w, comm=Comm(active=False))
+        history.append({"T": T, "C": layer.centroids.detach().cpu().clone(),
+                        "objective": st.objective, "inertia": st.inertia,
+                        "n_soft": st.n_soft, "n_iter": it})
+        tick(T, it)
+        if st.n_soft == 0:
+            break
+    return AnnealResult(layer.centroids.detach().clone(), temps, total, history, True)
+
+
+def _as_float32_if_half(X: Any) -> Any:
+    if isinstance(X, torch.Tensor):
+        X = X.detach().cpu()
+        if X.dtype in (torch.float16, torch.bfloat16):
+            X = X.float()
+        return X.numpy()
+    if isinstance(X, np.ndarray) and X.dtype == np.float16:
+        return X.astype(np.float32)
+    return X
+
+
+def _mean_variance(Xt: Tensor, w: Tensor | None, comm: Comm) -> float:
+    """Mean over features of the (weighted) variance, over all ranks."""
+    wt = torch.ones(Xt.shape[0], dtype=torch.float64, device=Xt.device) if w is None else w.double()
+    Xd = Xt.double()
+    tot = wt.sum().reshape(1)
+    s1 = wt @ Xd
+    s2 = wt @ (Xd * Xd)
+    comm.sum_(tot, s1, s2)
+    if float(tot) == 0:
+        return 0.0
+    mu = s1 / tot
+    return float((s2 / tot - mu * mu).clamp(min=0).mean())
+
+
+def _eigmax(Xt: Tensor, w: Tensor | None, comm: Comm) -> float:
+    """``lambda_max`` of the weighted covariance over all ranks."""
+    if not comm.active:
+        return covariance_eigmax(Xt, w)
+    wt = torch.ones(Xt.shape[0], dtype=torch.float64, device=Xt.device) if w is None else w.double()
+    Xd = Xt.double()
+    tot = wt.sum().reshape(1)
+    s1 = wt @ Xd  # (d,)
+    s2 = (Xd * wt.unsqueeze(1)).T @ Xd  # (d, d)
+    comm.sum_(tot, s1, s2)
+    mu = s1 / tot
+    cov = s2 / tot - torch.outer(mu, mu)
+    return float(torch.linalg.eigvalsh(cov).max().clamp(min=0))
+
+
+def _np(t: Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy()
+
+
+def _progress(verbose: bool | int, total: int, desc: str) -> Any:
+    if not verbose:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, leave=False)

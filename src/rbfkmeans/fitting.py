@@ -1,0 +1,748 @@
+r"""The solvers: hard Lloyd, the soft-Lloyd fixed point at a temperature, and annealing.
+
+Every solver is built on one chunked pass over the data, :func:`cluster_stats`, that returns the
+sufficient statistics of the soft-Lloyd step at temperature ``T``:
+
+.. math::
+
+    R = m(-D / 2T), \qquad N_j = \sum_i w_i r_{ij}, \qquad S_j = \sum_i w_i r_{ij} x_i,
+
+plus the relaxed objective ``F_T`` and the k-means objective ``J`` at the current centroids.
+The update ``c_j <- m_j = S_j / N_j`` is the gradient step ``c_j - eta_j dF_T/dc_j`` with the
+per-cluster step ``eta_j = 1 / (2 N_j)`` (because ``dF_T/dc_j = 2 N_j (c_j - m_j)``); at ``T = 0``
+(``assignment="hard"``) ``N_j = |S_j|`` and it is exactly one Lloyd iteration.
+
+No pass holds more than ``chunk_rows x k`` memberships. Under an initialised ``torch.distributed``
+process group every rank passes its own shard of the data: the statistics, the objectives, the
+relocation candidates and the initialisation draws are reduced across ranks, so all ranks hold the
+same centroids, equal to a single-process run on the concatenated data.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .distances import chunk_rows, cross_term, iter_chunks, row_norms_sq
+from .mappings import get_mapping
+
+__all__ = [
+    "AnnealResult",
+    "Comm",
+    "LloydResult",
+    "Stats",
+    "anneal",
+    "cluster_stats",
+    "farthest_points",
+    "gradient_step",
+    "kmeans_plusplus",
+    "lloyd",
+    "relocate_empty",
+    "soft_lloyd",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# communication: identity in one process, all_reduce under torch.distributed
+# ---------------------------------------------------------------------------------------------
+
+
+class Comm:
+    """Reductions across the ranks of a ``torch.distributed`` group (no-ops in one process).
+
+    ``Comm.auto()`` is active exactly when a default process group is initialised.
+    """
+
+    def __init__(self, group: object | None = None, active: bool | None = None) -> None:
+        dist = torch.distributed
+        if active is None:
+            active = dist.is_available() and dist.is_initialized()
+        self.active = bool(active)
+        self.group = group
+        self.rank = dist.get_rank(group) if self.active else 0  # type: ignore[arg-type]
+        self.world_size = dist.get_world_size(group) if self.active else 1  # type: ignore[arg-type]
+
+    @classmethod
+    def auto(cls) -> Comm:
+        return cls()
+
+    def _backend_device(self, t: Tensor) -> Tensor:
+        return t
+
+    def sum_(self, *tensors: Tensor) -> None:
+        """In-place sum of each tensor over all ranks (one collective for all of them)."""
+        if not self.active or not tensors:
+            return
+        flat = torch.cat([t.reshape(-1).to(torch.float64) for t in tensors])
+        torch.distributed.all_reduce(flat, group=self.group)  # type: ignore[arg-type]
+        offset = 0
+        for t in tensors:
+            n = t.numel()
+            t.copy_(flat[offset : offset + n].reshape(t.shape).to(t.dtype))
+            offset += n
+
+    def sum_scalars(self, *values: float) -> list[float]:
+        if not self.active:
+            return [float(v) for v in values]
+        t = torch.tensor(values, dtype=torch.float64)
+        torch.distributed.all_reduce(t, group=self.group)  # type: ignore[arg-type]
+        return [float(v) for v in t.tolist()]
+
+    def all_gather(self, t: Tensor) -> Tensor:
+        """Concatenate ``t`` (same shape on every rank) along dim 0 over ranks, in rank order."""
+        if not self.active:
+            return t
+        out = [torch.empty_like(t) for _ in range(self.world_size)]
+        torch.distributed.all_gather(out, t.contiguous(), group=self.group)  # type: ignore[arg-type]
+        return torch.cat(out, dim=0)
+
+    def broadcast_(self, t: Tensor, src: int) -> None:
+        if self.active:
+            torch.distributed.broadcast(t, src=src, group=self.group)  # type: ignore[arg-type]
+
+    def counts(self, n_local: int) -> list[int]:
+        """Number of rows on each rank."""
+        if not self.active:
+            return [n_local]
+        t = torch.tensor([n_local], dtype=torch.int64)
+        return [int(v) for v in self.all_gather(t).tolist()]
+
+
+# ---------------------------------------------------------------------------------------------
+# the one pass: sufficient statistics of the soft-Lloyd step
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Stats:
+    """Statistics of one pass at centroids ``C`` and temperature ``T`` (summed over ranks).
+
+    ``N`` (k,) weighted memberships, ``S`` (k, d) weighted member sums, ``objective`` the relaxed
+    objective ``F_T`` (``J`` when hard), ``inertia`` ``J``, ``n_soft`` the (weighted count of)
+    points whose membership is not one-hot, ``labels`` the nearest centroid of each local point
+    when asked for.
+    """
+
+    N: Tensor
+    S: Tensor
+    objective: float
+    inertia: float
+    n_soft: float
+    labels: Tensor | None = None
+
+
+def _soft_rows(
+    G: Tensor, x_sq: Tensor, T: float, assignment: str
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """From ``G = ||c||^2 - 2 x.c`` (b, k), overwritten: ``R`` (b, k), per-row relaxed objective
+    (b,), per-row min distance (b,), per-row max membership (b,)."""
+    D = G.add_(x_sq.unsqueeze(1)).clamp_(min=0.0)  # (b, k) squared distances, in place
+    dmin = D.amin(dim=1)  # (b,)
+    if assignment == "softmax":
+        z = D.mul_(-0.5 / T)  # (b, k) scores, in place
+        lse = torch.logsumexp(z, dim=1)  # (b,)
+        R = z.sub_(lse.unsqueeze(1)).exp_()  # (b, k) softmax, in place
+        obj = lse.mul_(-2.0 * T)
+        return R, obj, dmin, R.amax(dim=1)
+    z = D.mul_(-0.5 / T)  # (b, k)
+    R = get_mapping(assignment)(z, dim=1)  # (b, k) new tensor; z still holds the scores
+    if assignment == "entmax15":
+        ent = (4.0 / 3.0) * (1.0 - R.pow(1.5).sum(dim=1))  # Tsallis-1.5 entropy (b,)
+    else:
+        ent = 0.5 * (1.0 - R.square().sum(dim=1))  # Gini entropy (b,)
+    # sum_j r d - 2T H = -2T (sum_j r z + H)
+    obj = torch.einsum("bk,bk->b", R, z).add_(ent).mul_(-2.0 * T)
+    return R, obj, dmin, R.amax(dim=1)
+
+
+@torch.no_grad()
+def cluster_stats(
+    X: Tensor,
+    C: Tensor,
+    T: float,
+    assignment: str,
+    *,
+    sample_weight: Tensor | None = None,
+    X_sq: Tensor | None = None,
+    chunk_size: int | None = None,
+    return_labels: bool = False,
+    comm: Comm | None = None,
+    hard_tol: float = 1e-7,
+) -> Stats:
+    """One chunked pass: ``N``, ``S``, ``F_T`` and ``J`` at centroids ``C`` (module docstring).
+
+    ``assignment="hard"`` or ``T = 0`` uses the nearest centroid (ties to the lowest index).
+    A point counts as soft when its largest membership is below ``1 - hard_tol``.
+    """
+    n, d = X.shape
+    k = C.shape[0]
+    hard = assignment == "hard" or T == 0.0
+    C_sq = row_norms_sq(C)  # (k,)
+    N = torch.zeros(k, dtype=X.dtype, device=X.device)
+    S = torch.zeros(k, d, dtype=X.dtype, device=X.device)
+    obj = torch.zeros((), dtype=torch.float64, device=X.device)
+    inertia = torch.zeros((), dtype=torch.float64, device=X.device)
+    n_soft = torch.zeros((), dtype=torch.float64, device=X.device)
+    labels = torch.empty(n, dtype=torch.long, device=X.device) if return_labels else None
+    rows = chunk_rows(n, k, chunk_size)
+    for s in iter_chunks(n, rows):
+        Xc = X[s]  # (b, d)
+        w = None if sample_weight is None else sample_weight[s]  # (b,)
+        x_sq = row_norms_sq(Xc) if X_sq is None else X_sq[s]  # (b,)
+        G = cross_term(Xc, C, C_sq)  # (b, k) = ||c||^2 - 2 x.c
+        if hard:
+            gmin, lab = G.min(dim=1)  # (b,), (b,)
+            dmin = gmin.add_(x_sq).clamp_(min=0.0)
+            if w is None:
+                N += torch.bincount(lab, minlength=k).to(X.dtype)
+                S.index_add_(0, lab, Xc)
+                inertia += dmin.sum(dtype=torch.float64)
+            else:
+                N.index_add_(0, lab, w)
+                S.index_add_(0, lab, Xc * w.unsqueeze(1))
+                inertia += (dmin.double() @ w.double())
+            if labels is not None:
+                labels[s] = lab
+            continue
+        R, row_obj, dmin, rmax = _soft_rows(G, x_sq, T, assignment)
+        soft = (rmax < 1.0 - hard_tol).to(X.dtype)  # (b,)
+        if labels is not None:
+            labels[s] = cross_term(Xc, C, C_sq).argmin(dim=1)
+        if w is None:
+            N += R.sum(dim=0)
+            S.addmm_(R.T, Xc)
+            obj += row_obj.sum(dtype=torch.float64)
+            inertia += dmin.sum(dtype=torch.float64)
+            n_soft += soft.sum(dtype=torch.float64)
+        else:
+            N.addmv_(R.T, w)
+            S.addmm_(R.T, Xc * w.unsqueeze(1))
+            wd = w.double()
+            obj += row_obj.double() @ wd
+            inertia += dmin.double() @ wd
+            n_soft += soft.double() @ wd
+    if hard:
+        obj = inertia
+    comm = comm or Comm.auto()
+    comm.sum_(N, S, obj, inertia, n_soft)
+    return Stats(N, S, float(obj), float(inertia), float(n_soft), labels)
+
+
+# ---------------------------------------------------------------------------------------------
+# empty clusters
+# ---------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def farthest_points(
+    X: Tensor,
+    C: Tensor,
+    m: int,
+    *,
+    chunk_size: int | None = None,
+    comm: Comm | None = None,
+) -> Tensor:
+    """The ``m`` points (m, d) farthest from their nearest centroid, over all ranks, farthest
+    first (as scikit-learn relocates empty clusters)."""
+    comm = comm or Comm.auto()
+    n = X.shape[0]
+    k = C.shape[0]
+    C_sq = row_norms_sq(C)
+    best_d = torch.empty(0, dtype=X.dtype, device=X.device)
+    best_x = X.new_empty((0, X.shape[1]))
+    for s in iter_chunks(n, chunk_rows(n, k, chunk_size)):
+        Xc = X[s]
+        dmin = cross_term(Xc, C, C_sq).amin(dim=1).add_(row_norms_sq(Xc))  # (b,)
+        cand_d = torch.cat([best_d, dmin])
+        cand_x = torch.cat([best_x, Xc])
+        top = cand_d.topk(min(m, cand_d.numel())).indices
+        best_d, best_x = cand_d[top], cand_x[top]
+    if comm.active:  # pad to m so every rank sends the same shape, then take the global top m
+        pad = m - best_d.numel()
+        if pad:
+            best_d = torch.cat([best_d, best_d.new_full((pad,), -math.inf)])
+            best_x = torch.cat([best_x, best_x.new_zeros((pad, X.shape[1]))])
+        all_d, all_x = comm.all_gather(best_d), comm.all_gather(best_x)
+        top = all_d.topk(m).indices
+        best_d, best_x = all_d[top], all_x[top]
+    return best_x
+
+
+def relocate_empty(
+    X: Tensor,
+    C_new: Tensor,
+    empty: Tensor,
+    *,
+    chunk_size: int | None = None,
+    comm: Comm | None = None,
+) -> Tensor:
+    """Move the centroids flagged in ``empty`` (k,) bool to the points farthest from the other
+    centroids; returns the new centroids (never NaN)."""
+    idx = empty.nonzero().squeeze(1)
+    if idx.numel() == 0:
+        return C_new
+    keep = ~empty
+    C_out = C_new.clone()
+    if keep.any():
+        far = farthest_points(X, C_new[keep], int(idx.numel()), chunk_size=chunk_size, comm=comm)
+        C_out[idx[: far.shape[0]]] = far
+    return C_out
+
+
+def _update(
+    X: Tensor,
+    C: Tensor,
+    st: Stats,
+    *,
+    chunk_size: int | None,
+    comm: Comm | None,
+    empty_tol: float,
+) -> tuple[Tensor, int]:
+    """``c_j <- S_j / N_j``; empty clusters (``N_j <= empty_tol``) relocated. Returns (C, n_empty)."""
+    empty = st.N <= empty_tol
+    C_new = st.S / st.N.clamp(min=torch.finfo(st.N.dtype).tiny).unsqueeze(1)
+    C_new = torch.where(empty.unsqueeze(1), C, C_new)
+    n_empty = int(empty.sum())
+    if n_empty:
+        C_new = relocate_empty(X, C_new, empty, chunk_size=chunk_size, comm=comm)
+    return C_new, n_empty
+
+
+# ---------------------------------------------------------------------------------------------
+# solvers
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LloydResult:
+    """Centroids, nearest-centroid labels, ``J``, iterations run, whether the labels settled."""
+
+    C: Tensor
+    labels: Tensor
+    inertia: float
+    n_iter: int
+    converged: bool
+    n_relocated: int = 0
+
+
+def _empty_tol(N_total: float) -> float:
+    return 0.0 if N_total == 0 else 1e-12 * N_total
+
+
+@torch.no_grad()
+def lloyd(
+    X: Tensor,
+    C0: Tensor,
+    *,
+    sample_weight: Tensor | None = None,
+    max_iter: int = 300,
+    tol: float = 0.0,
+    X_sq: Tensor | None = None,
+    chunk_size: int | None = None,
+    comm: Comm | None = None,
+    callback: Callable[[int, Tensor, Stats], None] | None = None,
+) -> LloydResult:
+    r"""Hard Lloyd iterations ``c_j <- mean of S_j`` from ``C0`` (k, d).
+
+    Stops when the labels no longer change (strict convergence: the result is a Lloyd fixed
+    point) or, if ``tol > 0``, when ``sum_j ||c_j^new - c_j||^2 <= tol``, or after ``max_iter``.
+    Same stopping rules as ``sklearn.cluster.KMeans(algorithm="lloyd")``, whose ``tol`` is in
+    absolute units here (the estimator scales it by the mean feature variance).
+    """
+    comm = comm or Comm.auto()
+    X_sq = row_norms_sq(X) if X_sq is None else X_sq
+    C = C0.clone()
+    labels_old: Tensor | None = None
+    converged = False
+    relocated = 0
+    it = 0
+    for it in range(1, max_iter + 1):
+        st = cluster_stats(
+            X, C, 0.0, "hard", sample_weight=sample_weight, X_sq=X_sq,
+            chunk_size=chunk_size, return_labels=True, comm=comm,
+        )
+        assert st.labels is not None
+        if callback is not None:
+            callback(it, C, st)
+        C_new, n_empty = _update(
+            X, C, st, chunk_size=chunk_size, comm=comm, empty_tol=_empty_tol(float(st.N.sum()))
+        )
+        relocated += n_empty
+        shift = float(((C_new - C) ** 2).sum())
+        same = labels_old is not None and bool(torch.equal(st.labels, labels_old))
+        if comm.active:
+            same = comm.sum_scalars(0.0 if same else 1.0)[0] == 0.0
+        C = C_new
+        if same and n_empty == 0:
+            converged = True
+            break
+        labels_old = st.labels
+        if tol > 0 and shift <= tol:
+            converged = True
+            break
+    final = cluster_stats(
+        X, C, 0.0, "hard", sample_weight=sample_weight, X_sq=X_sq,
+        chunk_size=chunk_size, return_labels=True, comm=comm,
+    )
+    assert final.labels is not None
+    return LloydResult(C, final.labels, final.inertia, it, converged, relocated)
+
+
+@torch.no_grad()
+def soft_lloyd(
+    X: Tensor,
+    C0: Tensor,
+    T: float,
+    assignment: str,
+    *,
+    sample_weight: Tensor | None = None,
+    max_iter: int = 100,
+    tol: float = 0.0,
+    X_sq: Tensor | None = None,
+    chunk_size: int | None = None,
+    comm: Comm | None = None,
+) -> tuple[Tensor, int, Stats]:
+    r"""Iterate ``c_j <- m_j`` at temperature ``T`` to a fixed point of the soft-Lloyd map.
+
+    Stops when ``sum_j ||c_j^new - c_j||^2 <= tol`` or after ``max_iter`` iterations. Returns
+    the centroids, the iterations run and the statistics of the last pass (at the returned
+    centroids' predecessor).
+    """
+    comm = comm or Comm.auto()
+    X_sq = row_norms_sq(X) if X_sq is None else X_sq
+    C = C0.clone()
+    st: Stats | None = None
+    it = 0
+    for it in range(1, max_iter + 1):
+        st = cluster_stats(
+            X, C, T, assignment, sample_weight=sample_weight, X_sq=X_sq,
+            chunk_size=chunk_size, comm=comm,
+        )
+        C_new, _ = _update(
+            X, C, st, chunk_size=chunk_size, comm=comm, empty_tol=_empty_tol(float(st.N.sum()))
+        )
+        shift = float(((C_new - C) ** 2).sum())
+        C = C_new
+        if shift <= tol:
+            break
+    assert st is not None
+    return C, it, st
+
+
+@dataclass
+class AnnealResult:
+    """Outcome of :func:`anneal`: final centroids, the temperatures actually run, and per
+    temperature the centroids, ``F_T``, ``J``, soft-point count and iterations (``history``)."""
+
+    C: Tensor
+    temperatures: list[float]
+    n_iter: int
+    history: list[dict[str, object]] = field(default_factory=list)
+    hard: bool = False
+
+
+@torch.no_grad()
+def anneal(
+    X: Tensor,
+    C0: Tensor,
+    temperatures: Sequence[float],
+    assignment: str,
+    *,
+    sample_weight: Tensor | None = None,
+    max_iter: int = 100,
+    tol: float = 0.0,
+    perturbation: float = 0.0,
+    generator: torch.Generator | None = None,
+    stop_when_hard: bool = True,
+    X_sq: Tensor | None = None,
+    chunk_size: int | None = None,
+    comm: Comm | None = None,
+    keep_history: bool = True,
+    rebalance: bool = True,
+    merge_tol: float = 1e-6,
+    progress: Callable[[float, int], None] | None = None,
+) -> AnnealResult:
+    r"""Deterministic annealing: the soft-Lloyd fixed point at each temperature, warm-started.
+
+    Before each temperature the centroids get a symmetric-breaking perturbation of standard
+    deviation ``perturbation`` (absolute units; drawn from ``generator`` identically on every
+    rank), so that coincident centroids can split at a critical temperature. Stops after the
+    first temperature where every membership is one-hot (``stop_when_hard``).
+
+    With ``rebalance`` (the default), centroids that are still coincident after a temperature
+    (squared distance ``<= merge_tol * T``) are spare copies of one cluster: they are moved, one at
+    a time, to the cluster with the largest within-cluster variance per copy
+    (:func:`rebalance_duplicates`). Without it, copies shared out at an early split stay where they
+    landed, and a cluster spanning two groups of points can be left with no copy to split into.
+    """
+    comm = comm or Comm.auto()
+    X_sq = row_norms_sq(X) if X_sq is None else X_sq
+    C = C0.clone()
+    run: list[float] = []
+    history: list[dict[str, object]] = []
+    total = 0
+    hard = False
+    for T in temperatures:
+        T = float(T)
+        if perturbation > 0:
+            noise = torch.randn(C.shape, generator=generator, dtype=torch.float64)
+            C = C + (perturbation * noise).to(C.dtype).to(C.device)
+        C, it, st = soft_lloyd(
+            X, C, T, assignment, sample_weight=sample_weight, max_iter=max_iter, tol=tol,
+            X_sq=X_sq, chunk_size=chunk_size, comm=comm,
+        )
+        total += it
+        run.append(T)
+        if rebalance and T > 0:
+            C = rebalance_duplicates(
+                X, C, T, sample_weight=sample_weight, X_sq=X_sq, chunk_size=chunk_size,
+                comm=comm, generator=generator, merge_tol=merge_tol,
+            )
+        if keep_history:
+            history.append(
+                {
+                    "T": T,
+                    "C": C.detach().cpu().clone(),
+                    "objective": st.objective,
+                    "inertia": st.inertia,
+                    "n_soft": st.n_soft,
+                    "n_iter": it,
+                }
+            )
+        if progress is not None:
+            progress(T, it)
+        if stop_when_hard and st.n_soft == 0:
+            hard = True
+            break
+    return AnnealResult(C, run, total, history, hard)
+
+
+@torch.no_grad()
+def rebalance_duplicates(
+    X: Tensor,
+    C: Tensor,
+    T: float,
+    *,
+    sample_weight: Tensor | None = None,
+    X_sq: Tensor | None = None,
+    chunk_size: int | None = None,
+    comm: Comm | None = None,
+    generator: torch.Generator | None = None,
+    merge_tol: float = 1e-6,
+) -> Tensor:
+    r"""Move spare copies of coincident centroids to the clusters that most need splitting.
+
+    Groups ``g`` of centroids within squared distance ``merge_tol * T`` of each other act as one
+    cluster with ``m_g`` copies. With ``V_g`` the weighted within-cluster sum of squares of the
+    group (nearest-group assignment), a copy is moved from group ``L`` to group ``H`` while
+    ``V_L / (m_L - 1) < V_H / m_H``; it is placed at ``c_H`` plus an offset of length
+    ``1e-3 sqrt(T)``, so it splits from ``c_H`` as soon as ``T`` is below that cluster's
+    critical temperature. Returns new centroids (the input is not modified).
+    """
+    comm = comm or Comm.auto()
+    k = C.shape[0]
+    d2 = torch.cdist(C.double(), C.double()).square_()  # (k, k)
+    thr = merge_tol * T
+    rep = list(range(k))
+    for j in range(k):
+        for i in range(j):
+            if rep[i] == i and d2[i, j] <= thr:
+                rep[j] = i
+                break
+    reps = sorted(set(rep))
+    if len(reps) == k:
+        return C
+    copies = {g: [j for j in range(k) if rep[j] == g] for g in reps}
+    R = C[reps]  # (g, d) one centroid per group
+    V = torch.zeros(len(reps), dtype=torch.float64, device=X.device)
+    R_sq = row_norms_sq(R)
+    X_sq = row_norms_sq(X) if X_sq is None else X_sq
+    for s in iter_chunks(X.shape[0], chunk_rows(X.shape[0], len(reps), chunk_size)):
+        gmin, lab = cross_term(X[s], R, R_sq).min(dim=1)
+        dmin = gmin.add_(X_sq[s]).clamp_(min=0.0).double()
+        if sample_weight is not None:
+            dmin = dmin * sample_weight[s].double()
+        V.index_add_(0, lab, dmin)
+    comm.sum_(V)
+    C = C.clone()
+    m = {g: len(copies[g]) for g in reps}
+    pos = {g: i for i, g in enumerate(reps)}
+    while True:
+        donors = [g for g in reps if m[g] > 1]
+        if not donors:
+            break
+        low = min(donors, key=lambda g: float(V[pos[g]]) / (m[g] - 1))
+        high = max(reps, key=lambda g: float(V[pos[g]]) / m[g])
+        if high == low or not float(V[pos[low]]) / (m[low] - 1) < float(V[pos[high]]) / m[high]:
+            break
+        j = copies[low].pop()
+        m[low] -= 1
+        direction = torch.randn(C.shape[1], generator=generator, dtype=torch.float64)
+        direction = direction / direction.norm().clamp(min=1e-300)
+        C[j] = C[high] + (1e-3 * math.sqrt(T) * direction).to(C.dtype).to(C.device)
+        copies[high].append(j)
+        m[high] += 1
+    return C
+
+
+# ---------------------------------------------------------------------------------------------
+# initialisation
+# ---------------------------------------------------------------------------------------------
+
+
+def _draw(
+    cum_local: Tensor, u: float, offsets: list[float], comm: Comm
+) -> tuple[int, int]:
+    """Locate the global threshold ``u`` in the concatenation of the ranks' cumulative sums.
+    Returns (owner rank, local index on the owner)."""
+    owner = 0
+    for r in range(comm.world_size):
+        if u >= offsets[r]:
+            owner = r
+    local = -1
+    if owner == comm.rank and cum_local.numel():
+        local = int(torch.searchsorted(cum_local, torch.tensor([u - offsets[owner]],
+                                        dtype=cum_local.dtype)).clamp(max=cum_local.numel() - 1))
+    return owner, local
+
+
+@torch.no_grad()
+def kmeans_plusplus(
+    X: Tensor,
+    n_clusters: int,
+    *,
+    sample_weight: Tensor | None = None,
+    generator: torch.Generator | None = None,
+    n_local_trials: int | None = None,
+    X_sq: Tensor | None = None,
+    chunk_size: int | None = None,
+    comm: Comm | None = None,
+) -> Tensor:
+    r"""Greedy k-means++ seeding (Arthur & Vassilvitskii 2007): each new centre is the best of
+    ``2 + log k`` candidates drawn with probability ``w_i D(x_i)^2``.
+
+    Draws come from ``generator`` (the same on every rank) as thresholds on the cumulative
+    weighted potential of the concatenated data, so a distributed run picks the same points as a
+    single process on the concatenated data.
+    """
+    comm = comm or Comm.auto()
+    n, d = X.shape
+    k = n_clusters
+    trials = n_local_trials or 2 + int(math.log(k))
+    w = torch.ones(n, dtype=torch.float64, device=X.device) if sample_weight is None \
+        else sample_weight.double()
+    X_sq = row_norms_sq(X) if X_sq is None else X_sq
+    counts = comm.counts(n)
+    centers = X.new_empty((k, d))
+
+    def pick(weights: Tensor, n_draw: int) -> Tensor:
+        """Points drawn with probability proportional to ``weights`` (local (n,)), over ranks."""
+        cum = weights.cumsum(0)  # (n,)
+        local_total = float(cum[-1]) if n else 0.0
+        totals = comm.all_gather(torch.tensor([local_total], dtype=torch.float64)).tolist() \
+            if comm.active else [local_total]
+        offsets = [sum(totals[:r]) for r in range(len(totals))]
+        grand = sum(totals)
+        u = torch.rand(n_draw, generator=generator, dtype=torch.float64).tolist()
+        out = X.new_zeros((n_draw, d))
+        for t, ut in enumerate(u):
+            owner, local = _draw(cum, ut * grand, offsets, comm)
+            if local >= 0:
+                out[t] = X[local]
+        comm.sum_(out)  # only the owner contributed a non-zero row
+        return out
+
+    del counts
+    first = pick(w, 1)
+    centers[0] = first[0]
+    closest = _min_dist(X, first, X_sq, chunk_size)  # (n,)
+    for c in range(1, k):
+        cand = pick(w * closest.double(), trials)  # (trials, d)
+        dist = torch.stack([torch.minimum(closest, _min_dist(X, cand[t : t + 1], X_sq, chunk_size))
+                            for t in range(trials)])  # (trials, n)
+        pot = (dist.double() * w).sum(dim=1)  # (trials,)
+        comm.sum_(pot)
+        best = int(pot.argmin())
+        centers[c] = cand[best]
+        closest = dist[best]
+    return centers
+
+
+def _min_dist(X: Tensor, C: Tensor, X_sq: Tensor, chunk_size: int | None) -> Tensor:
+    out = torch.empty(X.shape[0], dtype=X.dtype, device=X.device)
+    C_sq = row_norms_sq(C)
+    for s in iter_chunks(X.shape[0], chunk_rows(X.shape[0], C.shape[0], chunk_size)):
+        out[s] = cross_term(X[s], C, C_sq).amin(dim=1).add_(X_sq[s]).clamp_(min=0.0)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the gradient view
+# ---------------------------------------------------------------------------------------------
+
+
+def gradient_step(
+    X: Tensor,
+    C: Tensor,
+    T: float,
+    assignment: str,
+    *,
+    sample_weight: Tensor | None = None,
+    lr: float | Tensor | None = None,
+    objective: str = "relaxed",
+) -> tuple[Tensor, Tensor, Tensor]:
+    r"""One explicit gradient step on the centroids through autograd.
+
+    ``objective="relaxed"`` differentiates ``F_T`` (the layer's objective, entropy included);
+    ``objective="bare"`` differentiates ``sum_ij w_i r_ij d_ij`` with ``R`` depending on ``C``
+    but no entropy term, which is *not* ``2 N_j (c_j - m_j)`` at finite ``T``.
+    With ``lr=None`` the per-cluster step ``eta_j = 1 / (2 N_j)`` is used, which makes the step
+    land on ``m_j`` (the soft-Lloyd update; Lloyd's update when hard). Returns
+    ``(C_new, grad, N)``.
+    """
+    from .distances import sq_distances
+    from .objectives import objective_from_distances
+
+    Cp = C.detach().clone().requires_grad_(True)
+    D = sq_distances(X, Cp)  # (n, k)
+    hard = assignment == "hard" or T == 0.0
+    if objective == "relaxed" or hard:
+        F = objective_from_distances(D, T, "hard" if hard else assignment, sample_weight)
+        if hard:
+            # J = sum_i w_i sum_j r_ij d_ij with R piecewise constant: its gradient is the same
+            R = torch.zeros_like(D).scatter_(1, D.detach().argmin(1, keepdim=True), 1.0)
+            F = ((R * D).sum(1) * (1 if sample_weight is None else sample_weight)).sum()
+    elif objective == "bare":
+        R = get_mapping(assignment)(D / (-2.0 * T), dim=1)
+        F = ((R * D).sum(1) * (1 if sample_weight is None else sample_weight)).sum()
+    else:
+        raise ValueError(f"objective must be 'relaxed' or 'bare'; got {objective!r}")
+    (grad,) = torch.autograd.grad(F, Cp)
+    with torch.no_grad():
+        R = (
+            torch.zeros_like(D).scatter_(1, D.argmin(1, keepdim=True), 1.0)
+            if hard
+            else get_mapping(assignment)(D / (-2.0 * T), dim=1)
+        )
+        w = torch.ones(X.shape[0], dtype=X.dtype) if sample_weight is None else sample_weight
+        N = w @ R  # (k,)
+        if lr is None:
+            eta = 1.0 / (2.0 * N.clamp(min=torch.finfo(N.dtype).tiny))
+            C_new = torch.where((N > 0).unsqueeze(1), C - eta.unsqueeze(1) * grad, C)
+        else:
+            C_new = C - lr * grad
+    return C_new.detach(), grad.detach(), N
+
+
+def to_numpy(t: Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy()
+
+
+def _warn(message: str, category: type[Warning]) -> None:
+    warnings.warn(message, category, stacklevel=3)
