@@ -34,11 +34,13 @@ from .distances import row_norms_sq, sq_distances
 from .fitting import (
     Comm,
     Stats,
+    _empty_tol,
     anneal,
     cluster_stats,
     gradient_step,
     kmeans_plusplus,
     lloyd,
+    rebalance_duplicates,
     relocate_empty,
 )
 from .layer import KMeansLayer
@@ -636,8 +638,10 @@ def _anneal_gradient(
             C_old = layer.centroids.detach().clone()
             if opt is None:
                 C_new, _, N = gradient_step(Xt, C_old, T, est.assignment, sample_weight=w)
-                if bool((N <= 0).any()):
-                    C_new = relocate_empty(Xt, C_new, N <= 0, chunk_size=est.chunk_size)
+                empty_tol = _empty_tol(float(N.sum()))  # the rule of soft_lloyd
+                empty = torch.le(N, empty_tol)  # (k,)
+                if bool(empty.any()):
+                    C_new = relocate_empty(Xt, C_new, empty, chunk_size=est.chunk_size)
                 with torch.no_grad():
                     layer.centroids.copy_(C_new)
             else:
@@ -650,8 +654,14 @@ def _anneal_gradient(
                 break
         total += it
         temps.append(T)
-        st: Stats = cluster_stats(Xt, layer.centroids.detach(), T, est.assignment,
+        # as anneal(): statistics of the last pass (at C_old), then rebalance spare copies
+        st: Stats = cluster_stats(Xt, C_old, T, est.assignment,
                                   sample_weight=w, comm=Comm(active=False))
+        if T > 0:
+            with torch.no_grad():
+                layer.centroids.copy_(rebalance_duplicates(
+                    Xt, layer.centroids.detach(), T, sample_weight=w, chunk_size=est.chunk_size,
+                    comm=Comm(active=False), generator=gen))
         history.append({"T": T, "C": layer.centroids.detach().cpu().clone(),
                         "objective": st.objective, "inertia": st.inertia,
                         "n_soft": st.n_soft, "n_iter": it})
