@@ -379,7 +379,9 @@ def lloyd(
         if comm.active:
             same = comm.sum_scalars(0.0 if same else 1.0)[0] == 0.0
         C = C_new
-        if same and n_empty == 0:
+        # relocations that move nothing (duplicate points, fewer distinct points than k) repeat
+        # forever: the centroids are then a fixed point too
+        if same and (n_empty == 0 or shift == 0.0):
             converged = True
             break
         labels_old = st.labels
