@@ -316,6 +316,12 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 best = result
         assert best is not None
         self._set_fitted(best, X)
+        # MacQueen counts for a later partial_fit: the (weighted) size of each cluster
+        counts = torch.as_tensor(np.bincount(
+            self.labels_, weights=None if w is None else _np(w).astype(np.float64),
+            minlength=self.n_clusters).astype(np.float64))  # (k,)
+        comm.sum_(counts)
+        self._online_counts = _np(counts)
         return self
 
     def _n_init(self) -> int:
@@ -521,8 +527,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         ``m(-d/2T)`` at ``temperature``), every centroid moves by
         ``c_j <- c_j + w r_j (x - c_j) / n_j`` with the running count ``n_j <- n_j + w r_j``:
         the SGD step on ``J`` (or ``F_T``) for that point with ``eta_j = 1/(2 n_j)``. The points
-        of a batch are processed in order. The first call initialises the centroids with
-        k-means++ on its batch (which needs at least ``n_clusters`` rows).
+        of a batch are processed in order. The first call initialises the centroids on its batch
+        (which needs at least ``n_clusters`` rows) from ``init``, k-means++ for ``"auto"`` and
+        ``"mean"``; after :meth:`fit` the counts start at the fitted cluster sizes.
         """
         first = not hasattr(self, "cluster_centers_")
         if first:
@@ -539,9 +546,13 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         w = self._weights(sample_weight, X)
         rng = check_random_state(self.random_state)
         if first:
-            gen = torch.Generator().manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
-            C = kmeans_plusplus(Xt, self.n_clusters, sample_weight=w, generator=gen,
-                                comm=Comm(active=False))
+            seed = int(rng.randint(np.iinfo(np.int32).max))
+            gen = torch.Generator().manual_seed(seed)
+            if isinstance(self.init, str) and self.init in ("auto", "mean"):
+                C = kmeans_plusplus(Xt, self.n_clusters, sample_weight=w, generator=gen,
+                                    comm=Comm(active=False))
+            else:  # "k-means++", "random", an array or a callable, as in fit
+                C = self._initial_centers(Xt, w, row_norms_sq(Xt), gen, seed, Comm(active=False))
             counts = torch.zeros(self.n_clusters, dtype=Xt.dtype, device=Xt.device)
             self.n_iter_ = 0
             self.temperatures_ = np.array([], dtype=np.float64)
