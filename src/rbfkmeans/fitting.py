@@ -67,44 +67,50 @@ class Comm:
         self.group = group
         self.rank = dist.get_rank(group) if self.active else 0  # type: ignore[arg-type]
         self.world_size = dist.get_world_size(group) if self.active else 1  # type: ignore[arg-type]
+        # NCCL only moves CUDA tensors; gloo (and the rest) are given CPU tensors
+        self.device = torch.device("cpu")
+        if self.active and "nccl" in str(dist.get_backend(group)).lower():  # type: ignore[arg-type]
+            self.device = torch.device("cuda", torch.cuda.current_device())
 
     @classmethod
     def auto(cls) -> Comm:
         return cls()
 
-    def _backend_device(self, t: Tensor) -> Tensor:
-        return t
-
     def sum_(self, *tensors: Tensor) -> None:
         """In-place sum of each tensor over all ranks (one collective for all of them)."""
         if not self.active or not tensors:
             return
-        flat = torch.cat([t.reshape(-1).to(torch.float64) for t in tensors])
-        torch.distributed.all_reduce(flat, group=self.group)  # type: ignore[arg-type]
+        flat = torch.cat([t.reshape(-1).to(self.device, torch.float64) for t in tensors])
+        torch.distributed.all_reduce(flat, group=self.group)
         offset = 0
         for t in tensors:
             n = t.numel()
-            t.copy_(flat[offset : offset + n].reshape(t.shape).to(t.dtype))
+            t.copy_(flat[offset : offset + n].reshape(t.shape).to(t.device, t.dtype))
             offset += n
 
     def sum_scalars(self, *values: float) -> list[float]:
         if not self.active:
             return [float(v) for v in values]
-        t = torch.tensor(values, dtype=torch.float64)
-        torch.distributed.all_reduce(t, group=self.group)  # type: ignore[arg-type]
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        torch.distributed.all_reduce(t, group=self.group)
         return [float(v) for v in t.tolist()]
 
     def all_gather(self, t: Tensor) -> Tensor:
         """Concatenate ``t`` (same shape on every rank) along dim 0 over ranks, in rank order."""
         if not self.active:
             return t
-        out = [torch.empty_like(t) for _ in range(self.world_size)]
-        torch.distributed.all_gather(out, t.contiguous(), group=self.group)  # type: ignore[arg-type]
-        return torch.cat(out, dim=0)
+        src = t.contiguous().to(self.device)
+        out = [torch.empty_like(src) for _ in range(self.world_size)]
+        torch.distributed.all_gather(out, src, group=self.group)
+        return torch.cat(out, dim=0).to(t.device)
 
     def broadcast_(self, t: Tensor, src: int) -> None:
+        """Overwrite ``t`` on every rank with rank ``src``'s ``t``."""
         if self.active:
-            torch.distributed.broadcast(t, src=src, group=self.group)  # type: ignore[arg-type]
+            buf = t.to(self.device).contiguous()
+            torch.distributed.broadcast(buf, src=src, group=self.group)  # type: ignore[arg-type]
+            if buf is not t:
+                t.copy_(buf)
 
     def counts(self, n_local: int) -> list[int]:
         """Number of rows on each rank."""
@@ -270,6 +276,7 @@ def farthest_points(
             best_x = torch.cat([best_x, best_x.new_zeros((pad, X.shape[1]))])
         all_d, all_x = comm.all_gather(best_d), comm.all_gather(best_x)
         top = all_d.topk(m).indices
+        top = top[all_d[top] > -math.inf]  # fewer than m rows in all: drop the padding
         best_d, best_x = all_d[top], all_x[top]
     return best_x
 
@@ -599,18 +606,27 @@ def rebalance_duplicates(
 
 
 def _draw(
-    cum_local: Tensor, u: float, offsets: list[float], comm: Comm
+    cum_local: Tensor, u: float, totals: list[float], counts: list[int], comm: Comm
 ) -> tuple[int, int]:
     """Locate the global threshold ``u`` in the concatenation of the ranks' cumulative sums.
-    Returns (owner rank, local index on the owner)."""
-    owner = 0
+
+    The point drawn is the first ``i`` of the concatenated data with ``cum[i] >= u`` (as
+    ``searchsorted`` in one process): it lives on the first rank with rows whose running total
+    reaches ``u`` (the last rank with rows if rounding leaves ``u`` above every total).
+    Returns (owner rank, local index on the owner; -1 on the other ranks)."""
+    owner, offset, end = -1, 0.0, 0.0
     for r in range(comm.world_size):
-        if u >= offsets[r]:
-            owner = r
+        if counts[r] == 0:
+            continue
+        if owner < 0 or end < u:
+            owner, offset = r, end
+        end += totals[r]
+        if end >= u:
+            break
     local = -1
     if owner == comm.rank and cum_local.numel():
-        local = int(torch.searchsorted(cum_local, torch.tensor([u - offsets[owner]],
-                                        dtype=cum_local.dtype)).clamp(max=cum_local.numel() - 1))
+        target = torch.tensor([u - offset], dtype=cum_local.dtype, device=cum_local.device)
+        local = int(torch.searchsorted(cum_local, target).clamp(max=cum_local.numel() - 1))
     return owner, local
 
 
@@ -649,18 +665,17 @@ def kmeans_plusplus(
         local_total = float(cum[-1]) if n else 0.0
         totals = comm.all_gather(torch.tensor([local_total], dtype=torch.float64)).tolist() \
             if comm.active else [local_total]
-        offsets = [sum(totals[:r]) for r in range(len(totals))]
-        grand = sum(totals)
+        grand = math.fsum(totals)
+        # the same draws on every rank, whatever its number of rows
         u = torch.rand(n_draw, generator=generator, dtype=torch.float64).tolist()
         out = X.new_zeros((n_draw, d))
         for t, ut in enumerate(u):
-            owner, local = _draw(cum, ut * grand, offsets, comm)
+            _, local = _draw(cum, ut * grand, totals, counts, comm)
             if local >= 0:
                 out[t] = X[local]
         comm.sum_(out)  # only the owner contributed a non-zero row
         return out
 
-    del counts
     first = pick(w, 1)
     centers[0] = first[0]
     closest = _min_dist(X, first, X_sq, chunk_size)  # (n,)
@@ -732,7 +747,8 @@ def gradient_step(
             if hard
             else get_mapping(assignment)(D / (-2.0 * T), dim=1)
         )
-        w = torch.ones(X.shape[0], dtype=X.dtype) if sample_weight is None else sample_weight
+        w = torch.ones(X.shape[0], dtype=X.dtype, device=X.device) if sample_weight is None \
+            else sample_weight
         N = w @ R  # (k,)
         if lr is None:
             eta = 1.0 / (2.0 * N.clamp(min=torch.finfo(N.dtype).tiny))
