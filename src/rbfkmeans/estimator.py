@@ -30,7 +30,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 from torch import Tensor
 
 from ._validation import ASSIGNMENTS, check_temperature
-from .distances import row_norms_sq, sq_distances
+from .distances import chunk_rows, iter_chunks, row_norms_sq, sq_distances
 from .fitting import (
     Comm,
     Stats,
@@ -45,7 +45,7 @@ from .fitting import (
 )
 from .layer import KMeansLayer
 from .mappings import get_mapping, hardmax
-from .schedules import covariance_eigmax, critical_temperature_factor, geometric_schedule
+from .schedules import critical_temperature_factor, geometric_schedule
 
 __all__ = ["RBFKMeans"]
 
@@ -290,32 +290,43 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         every rank ends with the centroids of the fit on the concatenated data.
         """
         self._check_params()
-        X = self._check_X(X, reset=True)
         comm = Comm.auto()
-        n_total = sum(comm.counts(X.shape[0]))
+        if comm.active and isinstance(self.init, str) and self.init == "random":
+            raise ValueError("init='random' is not supported under torch.distributed; "
+                             "use 'k-means++' or 'mean'")
+        if comm.active and self.solver == "gradient":
+            raise ValueError("solver='gradient' is single-process; under torch.distributed use "
+                             "solver='lloyd' (the same iterates when optimizer=None)")
+        error: Exception | None = None
+        try:  # validate this rank's shard; under torch.distributed every rank learns the outcome
+            X = self._check_X(X, reset=True)
+            self._dtype_ = self._compute_dtype(X)
+            w = self._weights(sample_weight, X)  # (n,) or None
+        except (ValueError, TypeError) as exc:
+            error = exc
+        n_total = _agree_on_shards(comm, error, X)
         if n_total < self.n_clusters:
             raise ValueError(
                 f"n_samples={n_total} should be >= n_clusters={self.n_clusters}"
             )
-        self._dtype_ = self._compute_dtype(X)
         Xt = self._to_torch(X)  # (n, d)
-        w = self._weights(sample_weight, X)  # (n,) or None
         rng = check_random_state(self.random_state)
         X_sq = row_norms_sq(Xt)  # (n,)
-        mean_var = _mean_variance(Xt, w, comm)
+        mean_var, lam = _spread(Xt, w, comm, self.chunk_size)
         abs_tol = float(self.tol) * mean_var
-        lam = _eigmax(Xt, w, comm)
         self.critical_temperature_ = critical_temperature_factor(self.assignment, self.n_clusters) * lam
 
         n_init = self._n_init()
+        seeds = torch.tensor([int(rng.randint(np.iinfo(np.int32).max)) for _ in range(n_init)])
+        comm.broadcast_(seeds, src=0)  # random_state=None differs between processes
         best: dict[str, Any] | None = None
         for run in range(n_init):
-            seed = int(rng.randint(np.iinfo(np.int32).max))
+            seed = int(seeds[run])
             result = self._fit_one(Xt, w, X_sq, seed, abs_tol, lam, comm, run)
             if best is None or result["inertia"] < best["inertia"]:
                 best = result
         assert best is not None
-        self._set_fitted(best, X)
+        self._set_fitted(best, X, warn=comm.rank == 0)
         # MacQueen counts for a later partial_fit: the (weighted) size of each cluster
         counts = torch.as_tensor(np.bincount(
             self.labels_, weights=None if w is None else _np(w).astype(np.float64),
@@ -353,9 +364,6 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 (torch.ones(Xt.shape[0], dtype=torch.float64) if w is None else w.double().cpu()),
                 k, replacement=False, generator=gen,
             )
-            if comm.active:
-                raise ValueError("init='random' is not supported under torch.distributed; "
-                                 "use 'k-means++' or 'mean'")
             return Xt[idx.to(Xt.device)].clone()
         if callable(init):
             C0 = np.asarray(init(Xt.cpu().numpy(), k, np.random.RandomState(seed)))
@@ -368,7 +376,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             )
         if not np.isfinite(C0).all():
             raise ValueError("init array must be finite; got NaN or inf entries")
-        return torch.as_tensor(C0).to(device=Xt.device, dtype=Xt.dtype).clone()
+        C = torch.as_tensor(C0).to(device=Xt.device, dtype=Xt.dtype).clone()
+        comm.broadcast_(C, src=0)  # a callable sees only this rank's shard: rank 0's result wins
+        return C
 
     def _fit_one(
         self, Xt: Tensor, w: Tensor | None, X_sq: Tensor, seed: int, abs_tol: float,
@@ -387,7 +397,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 ladder = np.array([])
             else:
                 ladder = geometric_schedule(T_start, min(T_end, T_start), self.cooling)
-            bar = _progress(self.verbose, len(ladder), f"anneal (run {run + 1})")
+            bar = _progress(self.verbose and comm.rank == 0, len(ladder),
+                            f"anneal (run {run + 1})")
             perturb = float(self.perturbation) * math.sqrt(max(lam, 0.0))
 
             def tick(T: float, it: int) -> None:
@@ -421,7 +432,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             Xt, C, sample_weight=w, max_iter=self.max_iter, tol=polish_tol, X_sq=X_sq,
             chunk_size=self.chunk_size, comm=comm,
         )
-        if not hard.converged and self.assignment != "hard":
+        if not hard.converged and self.assignment != "hard" and comm.rank == 0:
             warnings.warn(
                 f"the hard Lloyd polish did not settle in max_iter={self.max_iter} iterations; "
                 "increase max_iter",
@@ -433,7 +444,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             "n_iter": n_soft_iter + hard.n_iter, "temperatures": temps, "history": history,
         }
 
-    def _set_fitted(self, best: dict[str, Any], X: np.ndarray) -> None:
+    def _set_fitted(self, best: dict[str, Any], X: np.ndarray, warn: bool = True) -> None:
         self.cluster_centers_ = _np(best["C"]).astype(X.dtype, copy=False)
         self.labels_ = _np(best["labels"]).astype(np.int64)
         self.inertia_ = float(best["inertia"])
@@ -443,7 +454,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self.history_ = best["history"]
         self._online_counts = None
         distinct = np.unique(self.cluster_centers_, axis=0).shape[0]
-        if distinct < self.n_clusters:
+        if distinct < self.n_clusters and warn:
             warnings.warn(
                 f"Number of distinct clusters ({distinct}) found smaller than "
                 f"n_clusters ({self.n_clusters}). Possibly due to duplicate points in X.",
@@ -693,33 +704,67 @@ def _as_float32_if_half(X: Any) -> Any:
     return X
 
 
-def _mean_variance(Xt: Tensor, w: Tensor | None, comm: Comm) -> float:
-    """Mean over features of the (weighted) variance, over all ranks."""
-    wt = torch.ones(Xt.shape[0], dtype=torch.float64, device=Xt.device) if w is None else w.double()
-    Xd = Xt.double()
-    tot = wt.sum().reshape(1)
-    s1 = wt @ Xd
-    s2 = wt @ (Xd * Xd)
-    comm.sum_(tot, s1, s2)
-    if float(tot) == 0:
-        return 0.0
-    mu = s1 / tot
-    return float((s2 / tot - mu * mu).clamp(min=0).mean())
+def _agree_on_shards(comm: Comm, error: Exception | None, X: Any) -> int:
+    """Total number of rows over ranks, after every rank validated its shard.
 
-
-def _eigmax(Xt: Tensor, w: Tensor | None, comm: Comm) -> float:
-    """``lambda_max`` of the weighted covariance over all ranks."""
+    Under ``torch.distributed`` a shard rejected on one rank (NaN, wrong shape...) raises on every
+    rank instead of leaving the others waiting in a collective; so do differing feature counts.
+    """
+    n, d = (0, 0) if error is not None else (int(X.shape[0]), int(X.shape[1]))
     if not comm.active:
-        return covariance_eigmax(Xt, w)
-    wt = torch.ones(Xt.shape[0], dtype=torch.float64, device=Xt.device) if w is None else w.double()
-    Xd = Xt.double()
-    tot = wt.sum().reshape(1)
-    s1 = wt @ Xd  # (d,)
-    s2 = (Xd * wt.unsqueeze(1)).T @ Xd  # (d, d)
-    comm.sum_(tot, s1, s2)
-    mu = s1 / tot
-    cov = s2 / tot - torch.outer(mu, mu)
-    return float(torch.linalg.eigvalsh(cov).max().clamp(min=0))
+        if error is not None:
+            raise error
+        return n
+    table = comm.all_gather(torch.tensor([[float(error is not None), n, d]],
+                                         dtype=torch.float64))  # (ranks, 3)
+    if error is not None:
+        raise error
+    failed = [r for r in range(comm.world_size) if table[r, 0] > 0]
+    if failed:
+        raise ValueError(f"X was rejected on rank(s) {failed} (see the error there); no rank fits")
+    widths = [int(v) for v in table[:, 2].tolist()]
+    if len(set(widths)) > 1:
+        raise ValueError(
+            f"X must have the same number of features on every rank; got {widths} (by rank)"
+        )
+    return int(table[:, 1].sum())
+
+
+def _spread(
+    Xt: Tensor, w: Tensor | None, comm: Comm, chunk_size: int | None
+) -> tuple[float, float]:
+    r"""Mean feature variance and ``lambda_max`` of the weighted covariance, over all ranks.
+
+    ``Sigma = sum_i w_i (x_i - mu)(x_i - mu)^T / sum_i w_i`` with ``mu`` the weighted mean: two
+    chunked passes in float64 (no float64 copy of ``X``). Returns ``(trace(Sigma) / d,
+    lambda_max(Sigma))``.
+    """
+    n, d = Xt.shape
+    rows = chunk_rows(n, d, chunk_size)
+    tot = torch.zeros(1, dtype=torch.float64, device=Xt.device)
+    s1 = torch.zeros(d, dtype=torch.float64, device=Xt.device)
+    for s in iter_chunks(n, rows):
+        Xc = Xt[s].double()  # (b, d)
+        if w is None:
+            tot += Xc.shape[0]
+            s1 += Xc.sum(dim=0)
+        else:
+            wc = w[s].double()
+            tot += wc.sum()
+            s1 += wc @ Xc
+    comm.sum_(tot, s1)
+    if float(tot) == 0:
+        return 0.0, 0.0
+    mu = s1 / tot  # (d,)
+    M = torch.zeros(d, d, dtype=torch.float64, device=Xt.device)
+    for s in iter_chunks(n, rows):
+        Xc = Xt[s].double() - mu  # (b, d)
+        Xw = Xc if w is None else Xc * w[s].double().unsqueeze(1)
+        M.addmm_(Xw.T, Xc)
+    comm.sum_(M)
+    cov = M / tot  # (d, d)
+    mean_var = float(cov.diagonal().clamp(min=0).mean())
+    return mean_var, float(torch.linalg.eigvalsh(cov).max().clamp(min=0))
 
 
 def _np(t: Tensor) -> np.ndarray:
