@@ -20,8 +20,9 @@ import torch
 
 from ._validation import check_matrix, check_positive_int, compute_dtype
 
-#: Default number of distance entries (rows x k) held at once by chunked computations (16 MiB f32).
-DEFAULT_CHUNK_ELEMENTS = 1 << 22
+#: Default number of distance entries (rows x k) held at once by chunked computations: 4 MiB in
+#: float32, small enough to stay in cache between the matrix product and the mapping.
+DEFAULT_CHUNK_ELEMENTS = 1 << 20
 
 
 def chunk_rows(n: int, k: int, chunk_size: int | None = None) -> int:

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from .distances import chunk_rows, cross_term, iter_chunks, row_norms_sq
-from .mappings import get_mapping
+from .mappings import entmax15_, get_mapping, sparsemax_
 
 __all__ = [
     "AnnealResult",
@@ -143,28 +143,39 @@ class Stats:
     labels: Tensor | None = None
 
 
-def _soft_rows(
-    G: Tensor, x_sq: Tensor, T: float, assignment: str
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """From ``G = ||c||^2 - 2 x.c`` (b, k), overwritten: ``R`` (b, k), per-row relaxed objective
-    (b,), per-row min distance (b,), per-row max membership (b,)."""
-    D = G.add_(x_sq.unsqueeze(1)).clamp_(min=0.0)  # (b, k) squared distances, in place
-    dmin = D.amin(dim=1)  # (b,)
+def _scores(Xc: Tensor, C: Tensor, C_sq: Tensor, T: float) -> Tensor:
+    """Shifted scores ``Z = (x.c - ||c||^2/2) / T = W x + b`` (b, k): ``z + ||x||^2/(2T)``,
+    one fused ``addmm`` (the Linear layer of the module docstring)."""
+    return torch.addmm(C_sq.unsqueeze(0), Xc, C.T, beta=-0.5 / T, alpha=1.0 / T)
+
+
+def _soft_memberships(Z: Tensor, assignment: str) -> Tensor:
+    """``R = m(Z)`` (b, k) from a scores buffer that may be overwritten (no autograd)."""
     if assignment == "softmax":
-        z = D.mul_(-0.5 / T)  # (b, k) scores, in place
-        lse = torch.logsumexp(z, dim=1)  # (b,)
-        R = z.sub_(lse.unsqueeze(1)).exp_()  # (b, k) softmax, in place
-        obj = lse.mul_(-2.0 * T)
-        return R, obj, dmin, R.amax(dim=1)
-    z = D.mul_(-0.5 / T)  # (b, k)
-    R = get_mapping(assignment)(z, dim=1)  # (b, k) new tensor; z still holds the scores
+        return torch.softmax(Z, dim=1)
+    if assignment == "entmax15":
+        return entmax15_(Z)
+    return sparsemax_(Z)
+
+
+def _soft_objective_rows(
+    Z: Tensor, R: Tensor, x_sq: Tensor, T: float, assignment: str
+) -> tuple[Tensor, Tensor]:
+    """Per-row relaxed objective and ``min_j d_ij`` (b,), from the shifted scores ``Z`` and the
+    memberships ``R``; written relative to the row maximum so nothing cancels at small ``T``:
+    ``d_ij = dmin_i + 2T (max_l Z_il - Z_ij)``."""
+    zmax = Z.amax(dim=1, keepdim=True)  # (b, 1)
+    dmin = (x_sq - 2.0 * T * zmax.squeeze(1)).clamp_(min=0.0)  # (b,)
+    gap = zmax - Z  # (b, k) >= 0: (d_ij - dmin_i) / 2T
+    if assignment == "softmax":
+        # F_i = -2T logsumexp_j(-d_ij/2T) = dmin_i - 2T log sum_j exp(-gap_ij)
+        return dmin - 2.0 * T * torch.logsumexp(gap.neg_(), dim=1), dmin
     if assignment == "entmax15":
         ent = (4.0 / 3.0) * (1.0 - R.pow(1.5).sum(dim=1))  # Tsallis-1.5 entropy (b,)
     else:
         ent = 0.5 * (1.0 - R.square().sum(dim=1))  # Gini entropy (b,)
-    # sum_j r d - 2T H = -2T (sum_j r z + H)
-    obj = torch.einsum("bk,bk->b", R, z).add_(ent).mul_(-2.0 * T)
-    return R, obj, dmin, R.amax(dim=1)
+    # F_i = sum_j r_ij d_ij - 2T H(r_i) = dmin_i + 2T (sum_j r_ij gap_ij - H(r_i))
+    return dmin + 2.0 * T * (torch.einsum("bk,bk->b", R, gap) - ent), dmin
 
 
 @torch.no_grad()
@@ -180,11 +191,14 @@ def cluster_stats(
     return_labels: bool = False,
     comm: Comm | None = None,
     hard_tol: float = 1e-7,
+    objective: bool = True,
 ) -> Stats:
     """One chunked pass: ``N``, ``S``, ``F_T`` and ``J`` at centroids ``C`` (module docstring).
 
     ``assignment="hard"`` or ``T = 0`` uses the nearest centroid (ties to the lowest index).
-    A point counts as soft when its largest membership is below ``1 - hard_tol``.
+    A point counts as soft when its largest membership is below ``1 - hard_tol``. With
+    ``objective=False`` only ``N`` and ``S`` are computed (the inner iterations of the soft
+    solvers); ``objective``, ``inertia`` and ``n_soft`` are then NaN.
     """
     n, d = X.shape
     k = C.shape[0]
@@ -196,45 +210,55 @@ def cluster_stats(
     inertia = torch.zeros((), dtype=torch.float64, device=X.device)
     n_soft = torch.zeros((), dtype=torch.float64, device=X.device)
     labels = torch.empty(n, dtype=torch.long, device=X.device) if return_labels else None
+    need_sq = hard or objective
+    if need_sq and X_sq is None:
+        X_sq = row_norms_sq(X)
     rows = chunk_rows(n, k, chunk_size)
     for s in iter_chunks(n, rows):
         Xc = X[s]  # (b, d)
         w = None if sample_weight is None else sample_weight[s]  # (b,)
-        x_sq = row_norms_sq(Xc) if X_sq is None else X_sq[s]  # (b,)
-        G = cross_term(Xc, C, C_sq)  # (b, k) = ||c||^2 - 2 x.c
+        Xw = Xc if w is None else Xc * w.unsqueeze(1)  # (b, d)
         if hard:
-            gmin, lab = G.min(dim=1)  # (b,), (b,)
-            dmin = gmin.add_(x_sq).clamp_(min=0.0)
+            assert X_sq is not None
+            gmin, lab = cross_term(Xc, C, C_sq).min(dim=1)  # (b,), (b,): ||c||^2 - 2 x.c
             if w is None:
                 N += torch.bincount(lab, minlength=k).to(X.dtype)
-                S.index_add_(0, lab, Xc)
-                inertia += dmin.sum(dtype=torch.float64)
             else:
                 N.index_add_(0, lab, w)
-                S.index_add_(0, lab, Xc * w.unsqueeze(1))
-                inertia += (dmin.double() @ w.double())
+            S.index_add_(0, lab, Xw)
+            if objective:
+                dmin = gmin.add_(X_sq[s]).clamp_(min=0.0)  # (b,)
+                inertia += (
+                    dmin.sum(dtype=torch.float64) if w is None else dmin.double() @ w.double()
+                )
             if labels is not None:
                 labels[s] = lab
             continue
-        R, row_obj, dmin, rmax = _soft_rows(G, x_sq, T, assignment)
-        soft = (rmax < 1.0 - hard_tol).to(X.dtype)  # (b,)
+        Z = _scores(Xc, C, C_sq, T)  # (b, k)
         if labels is not None:
-            labels[s] = cross_term(Xc, C, C_sq).argmin(dim=1)
-        if w is None:
-            N += R.sum(dim=0)
-            S.addmm_(R.T, Xc)
-            obj += row_obj.sum(dtype=torch.float64)
-            inertia += dmin.sum(dtype=torch.float64)
-            n_soft += soft.sum(dtype=torch.float64)
+            labels[s] = Z.argmax(dim=1)  # nearest centroid, ties to the lowest index
+        if objective:
+            assert X_sq is not None
+            R = _soft_memberships(Z.clone(), assignment)  # (b, k); Z kept for the objective
+            row_obj, dmin = _soft_objective_rows(Z, R, X_sq[s], T, assignment)
+            soft = (R.amax(dim=1) < 1.0 - hard_tol).to(X.dtype)  # (b,)
+            if w is None:
+                obj += row_obj.sum(dtype=torch.float64)
+                inertia += dmin.sum(dtype=torch.float64)
+                n_soft += soft.sum(dtype=torch.float64)
+            else:
+                wd = w.double()
+                obj += row_obj.double() @ wd
+                inertia += dmin.double() @ wd
+                n_soft += soft.double() @ wd
         else:
-            N.addmv_(R.T, w)
-            S.addmm_(R.T, Xc * w.unsqueeze(1))
-            wd = w.double()
-            obj += row_obj.double() @ wd
-            inertia += dmin.double() @ wd
-            n_soft += soft.double() @ wd
+            R = _soft_memberships(Z, assignment)  # (b, k), Z overwritten where possible
+        N += R.sum(dim=0) if w is None else w @ R
+        S.addmm_(R.T, Xw)
     if hard:
         obj = inertia
+    if not objective:
+        obj = inertia = n_soft = torch.full((), math.nan, dtype=torch.float64)
     comm = comm or Comm.auto()
     comm.sum_(N, S, obj, inertia, n_soft)
     return Stats(N, S, float(obj), float(inertia), float(n_soft), labels)
@@ -311,8 +335,8 @@ def _update(
     comm: Comm | None,
     empty_tol: float,
 ) -> tuple[Tensor, int]:
-    """``c_j <- S_j / N_j``; empty clusters (``N_j <= empty_tol``) relocated. Returns (C, n_empty)."""
-    empty = st.N <= empty_tol
+    """``c_j <- S_j / N_j``, empty clusters (``N_j <= empty_tol``) relocated: (C, n_empty)."""
+    empty = empty_tol >= st.N
     C_new = st.S / st.N.clamp(min=torch.finfo(st.N.dtype).tiny).unsqueeze(1)
     C_new = torch.where(empty.unsqueeze(1), C, C_new)
     n_empty = int(empty.sum())
@@ -372,7 +396,7 @@ def lloyd(
     for it in range(1, max_iter + 1):
         st = cluster_stats(
             X, C, 0.0, "hard", sample_weight=sample_weight, X_sq=X_sq,
-            chunk_size=chunk_size, return_labels=True, comm=comm,
+            chunk_size=chunk_size, return_labels=True, comm=comm, objective=callback is not None,
         )
         assert st.labels is not None
         if callback is not None:
@@ -420,18 +444,18 @@ def soft_lloyd(
     r"""Iterate ``c_j <- m_j`` at temperature ``T`` to a fixed point of the soft-Lloyd map.
 
     Stops when ``sum_j ||c_j^new - c_j||^2 <= tol`` or after ``max_iter`` iterations. Returns
-    the centroids, the iterations run and the statistics of the last pass (at the returned
-    centroids' predecessor).
+    the centroids, the iterations run and the statistics (objectives included) at the returned
+    centroids.
     """
     comm = comm or Comm.auto()
     X_sq = row_norms_sq(X) if X_sq is None else X_sq
     C = C0.clone()
     st: Stats | None = None
     it = 0
-    for it in range(1, max_iter + 1):
+    for it in range(1, max_iter + 1):  # noqa: B007 (read after)
         st = cluster_stats(
             X, C, T, assignment, sample_weight=sample_weight, X_sq=X_sq,
-            chunk_size=chunk_size, comm=comm,
+            chunk_size=chunk_size, comm=comm, objective=False,
         )
         C_new, _ = _update(
             X, C, st, chunk_size=chunk_size, comm=comm, empty_tol=_empty_tol(float(st.N.sum()))
@@ -440,7 +464,10 @@ def soft_lloyd(
         C = C_new
         if shift <= tol:
             break
-    assert st is not None
+    st = cluster_stats(
+        X, C, T, assignment, sample_weight=sample_weight, X_sq=X_sq,
+        chunk_size=chunk_size, comm=comm,
+    )
     return C, it, st
 
 
@@ -460,7 +487,7 @@ class AnnealResult:
 def anneal(
     X: Tensor,
     C0: Tensor,
-    temperatures: Sequence[float],
+    temperatures: Sequence[float] | np.ndarray,
     assignment: str,
     *,
     sample_weight: Tensor | None = None,
@@ -469,6 +496,7 @@ def anneal(
     perturbation: float = 0.0,
     generator: torch.Generator | None = None,
     stop_when_hard: bool = True,
+    stop_gap: float = 0.0,
     X_sq: Tensor | None = None,
     chunk_size: int | None = None,
     comm: Comm | None = None,
@@ -482,7 +510,8 @@ def anneal(
     Before each temperature the centroids get a symmetric-breaking perturbation of standard
     deviation ``perturbation`` (absolute units; drawn from ``generator`` identically on every
     rank), so that coincident centroids can split at a critical temperature. Stops after the
-    first temperature where every membership is one-hot (``stop_when_hard``).
+    first temperature where every membership is one-hot, or where the relaxation gap
+    ``(J - F_T) / J`` is at most ``stop_gap`` (``stop_when_hard``).
 
     With ``rebalance`` (the default), centroids that are still coincident after a temperature
     (squared distance ``<= merge_tol * T``) are spare copies of one cluster: they are moved, one at
@@ -526,7 +555,9 @@ def anneal(
             )
         if progress is not None:
             progress(T, it)
-        if stop_when_hard and st.n_soft == 0:
+        if stop_when_hard and (
+            st.n_soft == 0 or st.inertia - st.objective <= stop_gap * abs(st.inertia)
+        ):
             hard = True
             break
     return AnnealResult(C, run, total, history, hard)

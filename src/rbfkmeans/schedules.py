@@ -81,7 +81,7 @@ def geometric_schedule(T_start: float, T_end: float, ratio: float) -> np.ndarray
         raise ValueError(
             f"need T_start >= T_end > 0; got T_start={T_start!r}, T_end={T_end!r}"
         )
-    n = int(math.floor(math.log(T_end / T_start) / math.log(ratio) + 1e-9)) + 1
+    n = math.floor(math.log(T_end / T_start) / math.log(ratio) + 1e-9) + 1
     temps = T_start * float(ratio) ** np.arange(n)
     if temps[-1] > T_end * (1 + 1e-12):
         temps = np.append(temps, T_end)

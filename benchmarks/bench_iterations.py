@@ -1,0 +1,141 @@
+"""Cost of one clustering iteration on workload W, as ratios to the matrix-product floor.
+
+Workload W (SPEC section 4): ``make_blobs`` n=200,000, d=32, k=64, float32, 2 threads. The floor
+is the time of the one product ``X @ C.T`` measured in the same run; every other time is reported
+as a multiple of it. Compared: our hard Lloyd, softmax and entmax-1.5 soft iterations (one full
+``cluster_stats`` pass plus the centroid update), scikit-learn's Lloyd iteration (from a fit of
+fixed length), faiss's k-means iteration, and whole fits (ours with default settings against
+``KMeans(n_init=10)``).
+
+Run by hand: ``python benchmarks/bench_iterations.py [--quick]``; writes
+``benchmarks/results/iterations.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.cluster import KMeans
+from sklearn.datasets import make_blobs
+
+from rbfkmeans import RBFKMeans
+from rbfkmeans.fitting import cluster_stats
+from rbfkmeans.schedules import critical_temperature
+
+RESULTS = Path(__file__).parent / "results" / "iterations.json"
+
+
+def timeit(fn: Callable[[], Any], repeat: int = 7, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--n", type=int, default=200_000)
+    parser.add_argument("--d", type=int, default=32)
+    parser.add_argument("--k", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--skip-fit", action="store_true", help="skip the whole-fit comparison")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+
+    Xn, _ = make_blobs(args.n, args.d, centers=args.k, random_state=0)
+    Xn = Xn.astype(np.float32)
+    X = torch.from_numpy(Xn)
+    rng = np.random.default_rng(0)
+    Cn = Xn[rng.choice(args.n, args.k, replace=False)].copy()
+    C = torch.from_numpy(Cn)
+    X_sq = (X * X).sum(1)
+    results: dict[str, Any] = {
+        "workload": {"n": args.n, "d": args.d, "k": args.k, "dtype": "float32",
+                     "threads": args.threads},
+        "machine": {"platform": platform.platform(), "processor": platform.processor(),
+                    "torch": torch.__version__, "cpu_count": os.cpu_count()},
+        "seconds": {},
+    }
+    sec = results["seconds"]
+
+    sec["floor_matmul"] = timeit(lambda: X @ C.T)
+
+    def ours(T: float, assignment: str) -> Callable[[], Any]:
+        def step() -> Any:
+            st = cluster_stats(X, C, T, assignment, X_sq=X_sq, return_labels=assignment == "hard",
+                               objective=False)  # the solvers' inner iteration
+            return st.S / st.N.clamp(min=1e-12).unsqueeze(1)
+        return step
+
+    Tc = critical_temperature(X, "softmax", args.k)
+    sec["ours_hard"] = timeit(ours(0.0, "hard"))
+    for frac in (1e-1, 1e-2, 1e-3):
+        sec[f"ours_softmax_T{frac:g}Tc"] = timeit(ours(frac * Tc, "softmax"), repeat=5)
+        sec[f"ours_entmax15_T{frac:g}Tc"] = timeit(ours(frac * Tc, "entmax15"), repeat=5)
+
+    # scikit-learn: a fixed number of Lloyd iterations from the same init (tol=0 runs them all)
+    iters = 10
+    km = KMeans(args.k, init=Cn, n_init=1, max_iter=iters, tol=0.0, algorithm="lloyd")
+    t_sk = timeit(lambda: km.fit(Xn), repeat=3)
+    sec["sklearn_lloyd_iteration"] = t_sk / max(km.n_iter_, 1)
+    try:
+        import faiss
+
+        faiss.omp_set_num_threads(args.threads)
+
+        def faiss_fit() -> Any:
+            kmf = faiss.Kmeans(args.d, args.k, niter=iters, verbose=False, seed=0,
+                               max_points_per_centroid=args.n)
+            kmf.train(Xn, init_centroids=Cn)
+            return kmf
+
+        sec["faiss_iteration"] = timeit(faiss_fit, repeat=3) / iters
+    except ImportError:  # faiss-cpu is a benchmark-only dependency
+        sec["faiss_iteration"] = None
+
+    if not args.skip_fit:
+        t0 = time.perf_counter()
+        ref = KMeans(args.k, n_init=10, random_state=0).fit(Xn)
+        sec["fit_sklearn_n_init10"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        est = RBFKMeans(args.k, random_state=0).fit(Xn)
+        sec["fit_rbfkmeans_default"] = time.perf_counter() - t0
+        results["fit"] = {
+            "inertia_sklearn_n_init10": float(ref.inertia_),
+            "inertia_rbfkmeans": float(est.inertia_),
+            "temperatures_run": len(est.temperatures_),
+            "n_iter_rbfkmeans": int(est.n_iter_),
+        }
+
+    floor = sec["floor_matmul"]
+    results["ratio_to_floor"] = {
+        key: (None if val is None else val / floor) for key, val in sec.items() if key != "floor_matmul"
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2))
+    print(f"floor X @ C.T: {floor * 1e3:.2f} ms")
+    for key, ratio in results["ratio_to_floor"].items():
+        if ratio is not None:
+            print(f"{key:32s} {sec[key] * 1e3:9.2f} ms  {ratio:7.2f}x floor")
+    if "fit" in results:
+        print(json.dumps(results["fit"], indent=2))
+    print(f"written to {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
