@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -287,8 +287,12 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         """Fit the centroids to ``X`` (n, d) with optional non-negative ``sample_weight`` (n,).
 
         Under an initialised ``torch.distributed`` process group, ``X`` is this rank's shard and
-        every rank ends with the centroids of the fit on the concatenated data.
+        every rank ends with the centroids of the fit on the concatenated data. A
+        ``torch.utils.data.DataLoader`` or an iterator of chunks is handed to :meth:`fit_batches`
+        (mini-batch, one pass); a ``numpy.memmap`` is used as it is (no copy) by the full fit.
         """
+        if isinstance(X, torch.utils.data.DataLoader | Iterator):
+            return self.fit_batches(X, sample_weight=sample_weight)
         self._check_params()
         comm = Comm.auto()
         if comm.active and isinstance(self.init, str) and self.init == "random":
@@ -587,8 +591,144 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self.inertia_ = st.inertia
         return self
 
+    def fit_batches(
+        self, batches: Any, *, n_epochs: int = 1, batch_size: int = 1024,
+        sample_weight: Any = None,
+    ) -> RBFKMeans:
+        r"""Mini-batch fit on data that need not fit in memory: any iterable of chunks.
+
+        ``batches`` is a ``torch.utils.data.DataLoader`` (of tuples such as ``(x, y)`` the first
+        element is the data), a generator or a list of arrays/tensors (b, d), or one 2-D array
+        (e.g. a ``numpy.memmap``) read ``batch_size`` rows at a time in a shuffled block order
+        with the matching rows of ``sample_weight``. Each batch takes the mini-batch step of
+        MacQueen's rule (:mod:`rbfkmeans.streaming`): ``c_j <- c_j + (S^B_j - N^B_j c_j) / n_j``
+        with running counts ``n_j``, the gradient step on the batch objective with
+        ``eta_j = 1/(2 n_j)``. Memberships are hard unless ``temperature`` is set. The first
+        batches (at least ``3 n_clusters`` rows) are seeded by k-means++ and take one step
+        together. ``n_epochs > 1`` needs a source that can be iterated again.
+
+        Under ``torch.distributed`` every rank passes its own batches (e.g. a ``DataLoader`` with
+        a ``DistributedSampler``); the batch statistics are summed over ranks, so all ranks take
+        the same steps, and ranks may hold different numbers of batches.
+
+        Sets ``cluster_centers_``, ``n_iter_`` (steps), ``inertia_`` (sum over the last epoch of
+        each batch's ``J`` just before its step: an estimate) and the running counts, so that
+        :meth:`partial_fit` can continue. ``labels_`` is not set: the data is not kept.
+        """
+        from .streaming import agree_on_batch, array_batches, batch_data, minibatch_step
+
+        self._check_params()
+        if not _is_int(n_epochs) or n_epochs < 1:
+            raise ValueError(f"n_epochs must be an integer >= 1; got {n_epochs!r}")
+        if not _is_int(batch_size) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
+        is_array = isinstance(batches, np.ndarray | Tensor)
+        if is_array and batches.ndim != 2:
+            raise ValueError("batches must be an iterable of (b, d) chunks or a 2-D array; got "
+                             f"an array of shape {tuple(batches.shape)}")
+        if not is_array and not isinstance(batches, Iterable):
+            raise TypeError("batches must be an iterable of (b, d) chunks or a 2-D array; got "
+                            f"{type(batches).__name__}")
+        if sample_weight is not None and not is_array:
+            raise ValueError("sample_weight is only accepted with a 2-D array source; got "
+                             f"sample_weight with a {type(batches).__name__}")
+        if n_epochs > 1 and not is_array and iter(batches) is batches:
+            raise ValueError(f"n_epochs={n_epochs} needs a source that can be iterated again "
+                             "(a DataLoader, a list, an array); got a one-shot iterator")
+        comm = Comm.auto()
+        seed = torch.tensor([int(check_random_state(self.random_state).randint(2**31 - 1))])
+        comm.broadcast_(seed, src=0)
+        gen = torch.Generator().manual_seed(int(seed))
+        block_order = np.random.RandomState((int(seed) + comm.rank) % 2**32)
+        k, T = self.n_clusters, (0.0 if self.temperature is None else float(self.temperature))
+        C: Tensor | None = None
+        counts: Tensor | None = None
+        seeding: list[tuple[Tensor, Tensor | None]] = []
+        width, steps, inertia = -1, 0, 0.0
+        validated = False
+        for _ in range(n_epochs):
+            stream: Iterator[tuple[Any, Any]] = (
+                array_batches(batches, sample_weight, batch_size, block_order) if is_array
+                else ((batch_data(b), None) for b in batches))
+            inertia = 0.0
+            while True:
+                item = next(stream, None)
+                error: Exception | None = None
+                Xb_np: np.ndarray | None = None
+                wb: Tensor | None = None
+                if item is not None:
+                    try:
+                        Xb_np = self._check_X(item[0], reset=not validated)
+                        validated = True
+                    except (ValueError, TypeError) as exc:
+                        error = exc
+                live, d, any64 = agree_on_batch(comm, error, Xb_np)
+                if live == 0:
+                    break
+                if width < 0:  # the first batch of the fit fixes the features and the dtype
+                    width = d
+                    self._dtype_ = _torch_dtype(self.dtype) or (
+                        torch.float64 if any64 else torch.float32)
+                elif d != width:
+                    raise ValueError(f"every batch must have {width} features; got {d}")
+                self.n_features_in_ = width
+                if Xb_np is None:
+                    Xb = torch.empty((0, width), dtype=self._dtype_, device=self._torch_device())
+                else:
+                    Xb = self._to_torch(Xb_np)
+                    wb = self._weights(item[1], Xb_np) if item is not None else None
+                if C is None:  # collect the seeding sample (over all ranks)
+                    seeding.append((Xb, wb))
+                    if comm.sum_scalars(sum(x.shape[0] for x, _ in seeding))[0] < 3 * k:
+                        continue
+                    C, counts, Xb, wb = self._seed_from(seeding, gen, comm)
+                    seeding = []
+                assert counts is not None
+                C, counts, J = minibatch_step(Xb, C, counts, T, self.assignment, sample_weight=wb,
+                                              chunk_size=self.chunk_size, comm=comm)
+                inertia += J
+                steps += 1
+            if C is None and seeding:  # the whole source holds fewer than 3k rows
+                C, counts, Xb, wb = self._seed_from(seeding, gen, comm)
+                seeding = []
+                C, counts, inertia = minibatch_step(
+                    Xb, C, counts, T, self.assignment, sample_weight=wb,
+                    chunk_size=self.chunk_size, comm=comm)
+                steps += 1
+        if C is None or counts is None:
+            raise ValueError("batches yielded no data")
+        self.cluster_centers_ = _np(C)
+        self._online_counts = _np(counts)
+        self.n_iter_ = steps
+        self.inertia_ = float(inertia)
+        self.temperatures_ = np.array([], dtype=np.float64)
+        self.temperature_ = T
+        self.history_ = []
+        self.critical_temperature_ = float("nan")
+        self.__dict__.pop("labels_", None)
+        return self
+
+    def _seed_from(
+        self, seeding: list[tuple[Tensor, Tensor | None]], gen: torch.Generator, comm: Comm,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """k-means++ on the seeding batches of all ranks. Returns ``(C, counts, X, w)`` with
+        ``X``, ``w`` this rank's seeding rows (for the first step)."""
+        X = torch.cat([x for x, _ in seeding])  # (m, d)
+        w = None
+        if any(v is not None for _, v in seeding):
+            w = torch.cat([v if v is not None else x.new_ones(x.shape[0]) for x, v in seeding])
+        m = int(comm.sum_scalars(X.shape[0])[0])
+        if m < self.n_clusters:
+            raise ValueError(f"n_samples={m} should be >= n_clusters={self.n_clusters} (the "
+                             "batches hold fewer rows in all than clusters)")
+        C = kmeans_plusplus(X, self.n_clusters, sample_weight=w, generator=gen,
+                            chunk_size=self.chunk_size, comm=comm)
+        return C, torch.zeros(self.n_clusters, dtype=C.dtype, device=C.device), X, w
+
     # -- export -------------------------------------------------------------------------------
-    def to_layer(self, temperature: float | None = None, assignment: str | None = None) -> KMeansLayer:
+    def to_layer(
+        self, temperature: float | None = None, assignment: str | None = None
+    ) -> KMeansLayer:
         """A :class:`KMeansLayer` holding the fitted centroids, at ``temperature`` (default as
         :meth:`predict_proba`) with this estimator's mapping (or ``assignment``)."""
         check_is_fitted(self)
