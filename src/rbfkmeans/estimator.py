@@ -73,6 +73,7 @@ _PARAMETERS: dict[str, tuple[str, Callable[[Any], bool]]] = {
         "'auto', 'mean', 'k-means++', 'random', an array (n_clusters, n_features) or a callable",
         lambda v: callable(v)
         or hasattr(v, "__array__")
+        or isinstance(v, list | tuple)  # array-like, as scikit-learn
         or (isinstance(v, str) and v in ("auto", "mean", "k-means++", "random")),
     ),
     "n_init": ("'auto' or an integer >= 1", lambda v: v == "auto" or (_is_int(v) and v >= 1)),
