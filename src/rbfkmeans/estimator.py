@@ -281,7 +281,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 i = int(np.flatnonzero(sw < 0)[0])
                 raise ValueError(f"sample_weight must be >= 0; got {sw[i]!r} at index {i}")
         sw = _check_sample_weight(sample_weight, X, dtype=X.dtype, ensure_non_negative=True)
-        return torch.as_tensor(sw).to(device=self._torch_device(), dtype=self._dtype_)
+        # a copy (n floats): no aliasing of the caller's array, no warning if it is read-only
+        return torch.tensor(sw).to(device=self._torch_device(), dtype=self._dtype_)
 
     # -- fitting ------------------------------------------------------------------------------
     def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> RBFKMeans:

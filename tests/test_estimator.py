@@ -1,0 +1,638 @@
+"""RBFKMeans: the estimator against independent references.
+
+References: ``sklearn.cluster.KMeans(algorithm="lloyd")`` from the same start (hard mode), a
+NumPy Lloyd step (fixed points), ``scipy.spatial.distance.cdist`` (transform), ``scipy`` softmax
+and the ``entmax`` package (memberships and soft means), repeated rows (integer sample weights),
+``numpy.linalg.eigvalsh`` of the covariance (critical temperature).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from scipy.spatial.distance import cdist
+from scipy.special import softmax as sp_softmax
+from sklearn.cluster import KMeans
+from sklearn.datasets import make_blobs
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import adjusted_rand_score
+
+import rbfkmeans.estimator as est_mod
+from rbfkmeans import KMeansLayer, RBFKMeans
+from rbfkmeans.estimator import _PARAMETERS
+from rbfkmeans.fitting import gradient_step
+
+entmax = pytest.importorskip("entmax")
+
+SOFT = ["entmax15", "softmax", "sparsemax"]
+ALL = [*SOFT, "hard"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    """Tiny problems: one torch thread is several times faster on a shared machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def blobs(n: int = 90, k: int = 4, d: int = 3, seed: int = 0, std: float = 1.0) -> np.ndarray:
+    X, _ = make_blobs(n, n_features=d, centers=k, cluster_std=std, random_state=seed)
+    return X
+
+
+X0 = blobs()
+
+
+# -- independent references ------------------------------------------------------------------
+
+
+def ref_memberships(X: np.ndarray, C: np.ndarray, T: float, assignment: str) -> np.ndarray:
+    """``m(-d / 2T)`` (n, k) in float64 from ``cdist``; ``entmax`` package for the sparse maps."""
+    D = cdist(X, C, "sqeuclidean")
+    if assignment == "hard" or T == 0:
+        return np.eye(C.shape[0])[D.argmin(1)]
+    z = -D / (2 * T)
+    if assignment == "softmax":
+        return sp_softmax(z, axis=1)
+    f = entmax.entmax15 if assignment == "entmax15" else entmax.sparsemax
+    return f(torch.from_numpy(z), dim=1).numpy()
+
+
+def lloyd_step(X: np.ndarray, C: np.ndarray, w: np.ndarray | None = None):
+    """One hard Lloyd update in NumPy: (labels, new centroids; empty clusters kept)."""
+    w = np.ones(len(X)) if w is None else w
+    labels = cdist(X, C, "sqeuclidean").argmin(1)
+    C_new = C.copy()
+    for j in range(C.shape[0]):
+        m = labels == j
+        if w[m].sum() > 0:
+            C_new[j] = (w[m, None] * X[m]).sum(0) / w[m].sum()
+    return labels, C_new
+
+
+def quiet_fit(est: RBFKMeans, X: Any, **kw: Any) -> RBFKMeans:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return est.fit(X, **kw)
+
+
+# -- API and fitted attributes ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("assignment", ALL)
+def test_fitted_attributes_and_methods(assignment: str) -> None:
+    k = 4
+    est = RBFKMeans(k, assignment=assignment, random_state=0)
+    assert est.fit(X0) is est
+    assert est.cluster_centers_.shape == (k, 3)
+    assert est.cluster_centers_.dtype == np.float64
+    assert est.labels_.shape == (len(X0),)
+    assert est.n_features_in_ == 3
+    assert isinstance(est.n_iter_, int)
+    assert est.n_iter_ >= 1
+    np.testing.assert_array_equal(est.predict(X0), est.labels_)
+    np.testing.assert_array_equal(
+        est.labels_, cdist(X0, est.cluster_centers_, "sqeuclidean").argmin(1)
+    )
+    inertia = cdist(X0, est.cluster_centers_, "sqeuclidean").min(1).sum()
+    assert est.inertia_ == pytest.approx(inertia, rel=1e-10)
+    assert est.score(X0) == pytest.approx(-inertia, rel=1e-10)
+    np.testing.assert_allclose(est.transform(X0), cdist(X0, est.cluster_centers_), atol=1e-7)
+    np.testing.assert_allclose(est.fit_transform(X0), cdist(X0, est.cluster_centers_), atol=1e-7)
+    np.testing.assert_array_equal(est.fit_predict(X0), est.labels_)
+    if assignment == "hard":
+        assert est.temperatures_.size == 0
+        assert est.history_ == []
+    else:
+        assert est.temperatures_.size == len(est.history_) >= 1
+        for h, T in zip(est.history_, est.temperatures_, strict=True):
+            assert set(h) >= {"T", "centers", "objective", "inertia", "n_soft", "n_iter"}
+            assert h["T"] == T
+            assert h["centers"].shape == (k, 3)
+            assert h["objective"] <= h["inertia"] * (1 + 1e-12)  # F_T <= J
+    layer = est.to_layer()
+    assert isinstance(layer, KMeansLayer)
+    np.testing.assert_array_equal(layer.centroids.detach().numpy(), est.cluster_centers_)
+
+
+def test_chunked_fit_equals_unchunked() -> None:
+    a = RBFKMeans(4, random_state=0).fit(X0)
+    b = RBFKMeans(4, random_state=0, chunk_size=32).fit(X0)
+    np.testing.assert_allclose(b.cluster_centers_, a.cluster_centers_, atol=1e-10)
+    np.testing.assert_allclose(b.temperatures_, a.temperatures_, rtol=1e-12)
+    np.testing.assert_allclose(b.predict_proba(X0), a.predict_proba(X0), atol=1e-10)
+
+
+def test_torch_tensor_and_list_input() -> None:
+    a = RBFKMeans(3, random_state=0).fit(X0)
+    b = RBFKMeans(3, random_state=0).fit(torch.from_numpy(X0))
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    c = RBFKMeans(3, assignment="hard", init=X0[:3].tolist()).fit(X0.tolist())
+    d = RBFKMeans(3, assignment="hard", init=X0[:3]).fit(X0)
+    np.testing.assert_array_equal(c.cluster_centers_, d.cluster_centers_)
+
+
+# -- hard mode is scikit-learn's Lloyd -------------------------------------------------------
+
+
+def compare_to_sklearn(est: RBFKMeans, km: KMeans, atol: float = 1e-6) -> None:
+    np.testing.assert_allclose(est.cluster_centers_, km.cluster_centers_, atol=atol)
+    np.testing.assert_array_equal(est.labels_, km.labels_)
+    assert est.inertia_ == pytest.approx(km.inertia_, rel=1e-6)
+    assert est.n_iter_ == km.n_iter_
+
+
+@pytest.mark.parametrize("tol", [0.0, 1e-4, 1e-2])
+def test_hard_equals_sklearn_lloyd_from_same_init(tol: float) -> None:
+    X = blobs(200, k=5, d=4, std=2.5)
+    C0 = X[np.random.RandomState(1).choice(len(X), 5, replace=False)]
+    km = KMeans(5, init=C0, n_init=1, tol=tol, algorithm="lloyd").fit(X)
+    est = RBFKMeans(5, assignment="hard", init=C0, tol=tol).fit(X)
+    compare_to_sklearn(est, km)
+
+
+def test_hard_equals_sklearn_lloyd_with_sample_weight() -> None:
+    # tol=0 (run until the labels settle): scikit-learn scales tol by the *unweighted* feature
+    # variance, RBFKMeans by the weighted one (consistent with weights as repeats), so only the
+    # strict rule gives the same iteration count on weighted data by construction.
+    X = blobs(200, k=5, d=4, std=2.5)
+    rng = np.random.RandomState(1)
+    w = rng.uniform(0.1, 3.0, len(X))
+    C0 = X[rng.choice(len(X), 5, replace=False)]
+    km = KMeans(5, init=C0, n_init=1, tol=0.0, algorithm="lloyd").fit(X, sample_weight=w)
+    est = RBFKMeans(5, assignment="hard", init=C0, tol=0.0).fit(X, sample_weight=w)
+    compare_to_sklearn(est, km)
+    assert est.score(X, sample_weight=w) == pytest.approx(-km.inertia_, rel=1e-10)
+
+
+@pytest.mark.parametrize("init", ["k-means++", "random"])
+def test_hard_string_init_runs_sklearn_lloyd_from_its_seeds(init: str, monkeypatch) -> None:
+    """Capture every start the estimator draws; scikit-learn's Lloyd from each start gives the
+    same runs, and the estimator keeps the best (n_init='auto': 1 for k-means++, 10 for random,
+    as scikit-learn)."""
+    X = blobs(150, k=6, d=2, std=1.5, seed=3)
+    starts: list[np.ndarray] = []
+    real = est_mod.lloyd
+
+    def spy(Xt, C0, **kw):
+        starts.append(C0.detach().numpy().copy())
+        return real(Xt, C0, **kw)
+
+    monkeypatch.setattr(est_mod, "lloyd", spy)
+    est = RBFKMeans(6, assignment="hard", init=init, random_state=0).fit(X)
+    assert len(starts) == (1 if init == "k-means++" else 10)
+    rows = {tuple(r) for r in X}
+    runs = []
+    for C0 in starts:
+        assert {tuple(r) for r in C0} <= rows  # seeds are data points
+        assert len({tuple(r) for r in C0}) == 6  # distinct
+        runs.append(KMeans(6, init=C0, n_init=1, algorithm="lloyd").fit(X))
+    best = min(runs, key=lambda km: km.inertia_)
+    assert est.inertia_ == pytest.approx(best.inertia_, rel=1e-6)
+    np.testing.assert_allclose(est.cluster_centers_, best.cluster_centers_, atol=1e-6)
+
+
+# -- gradient mode ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("assignment", ["entmax15", "softmax"])
+def test_gradient_solver_follows_lloyd_solver(assignment: str) -> None:
+    """autograd on F_T with eta_j = 1/(2 N_j) is the soft-Lloyd map: the same trajectory."""
+    X = blobs(120, k=4, d=3, std=1.5, seed=4)
+    a = RBFKMeans(4, assignment=assignment, random_state=0).fit(X)
+    b = RBFKMeans(4, assignment=assignment, random_state=0, solver="gradient").fit(X)
+    np.testing.assert_array_equal(b.temperatures_, a.temperatures_)
+    assert len(a.history_) == len(b.history_) >= 3
+    for ha, hb in zip(a.history_, b.history_, strict=True):
+        np.testing.assert_allclose(hb["centers"], ha["centers"], atol=1e-10, rtol=0)
+        assert hb["n_iter"] == ha["n_iter"]
+    np.testing.assert_allclose(b.cluster_centers_, a.cluster_centers_, atol=1e-10, rtol=0)
+    np.testing.assert_array_equal(b.labels_, a.labels_)
+    assert b.n_iter_ == a.n_iter_
+
+
+@pytest.mark.parametrize("assignment", ["entmax15", "softmax"])
+def test_gradient_solver_with_an_optimizer(assignment: str) -> None:
+    X = blobs(120, k=4, d=3, std=1.0, seed=4)
+    steps = []
+
+    def adam(params):
+        opt = torch.optim.Adam(params, lr=0.1)
+        opt.register_step_post_hook(lambda *_: steps.append(1))
+        return opt
+
+    b = RBFKMeans(4, assignment=assignment, solver="gradient", optimizer=adam,
+                  max_iter_per_temperature=10, cooling=0.7, random_state=0).fit(X)
+    a = RBFKMeans(4, assignment=assignment, max_iter_per_temperature=10, cooling=0.7,
+                  random_state=0).fit(X)
+    assert len(steps) > 0
+    assert not np.allclose(b.history_[0]["centers"], a.history_[0]["centers"])  # not soft-Lloyd
+    assert np.isfinite(b.cluster_centers_).all()
+    best = KMeans(4, n_init=10, random_state=0).fit(X).inertia_
+    assert b.inertia_ <= best * 1.01
+
+
+@pytest.mark.parametrize("assignment", ALL)
+@pytest.mark.parametrize("T", [0.3, 3.0])
+def test_gradient_step_lands_on_soft_means(assignment: str, T: float) -> None:
+    rng = np.random.RandomState(0)
+    X = rng.randn(40, 3)
+    C = rng.randn(4, 3)
+    w = rng.uniform(0.2, 2.0, 40)
+    C_new, grad, N = gradient_step(
+        torch.from_numpy(X), torch.from_numpy(C), T, assignment, sample_weight=torch.from_numpy(w)
+    )
+    R = ref_memberships(X, C, T, assignment)  # (n, k)
+    N_ref = w @ R
+    M = (R * w[:, None]).T @ X / N_ref[:, None]  # soft means m_j
+    np.testing.assert_allclose(N.numpy(), N_ref, rtol=1e-10)
+    np.testing.assert_allclose(C_new.numpy(), M, atol=1e-10, rtol=0)
+    np.testing.assert_allclose(grad.numpy(), 2 * N_ref[:, None] * (C - M), atol=1e-9, rtol=0)
+
+
+@pytest.mark.parametrize("assignment", SOFT)
+def test_bare_objective_gradient_differs_at_finite_temperature(assignment: str) -> None:
+    """d/dC of sum r d through r (no entropy) is not 2 N_j (c_j - m_j) at finite T, so its step
+    with eta_j = 1/(2 N_j) misses m_j; once every row is one-hot (entmax15/sparsemax at small T)
+    r is locally constant and the two coincide."""
+    rng = np.random.RandomState(0)
+    X = rng.randn(40, 3)
+    C = rng.randn(4, 3)
+    Xt, Ct = torch.from_numpy(X), torch.from_numpy(C)
+    T = 1.0
+    relaxed_C, relaxed_g, _ = gradient_step(Xt, Ct, T, assignment)
+    bare_C, bare_g, _ = gradient_step(Xt, Ct, T, assignment, objective="bare")
+    # the bare gradient, independently: autograd through the reference mapping
+    Cp = Ct.clone().requires_grad_(True)
+    D = ((Xt[:, None, :] - Cp[None]) ** 2).sum(-1)
+    z = -D / (2 * T)
+    R = {"softmax": lambda: torch.softmax(z, 1), "entmax15": lambda: entmax.entmax15(z, dim=1),
+         "sparsemax": lambda: entmax.sparsemax(z, dim=1)}[assignment]()
+    (g_ref,) = torch.autograd.grad((R * D).sum(), Cp)
+    np.testing.assert_allclose(bare_g.numpy(), g_ref.numpy(), atol=1e-9)
+    diff = np.linalg.norm(bare_g.numpy() - relaxed_g.numpy()) / np.linalg.norm(relaxed_g.numpy())
+    assert diff > 1e-2
+    assert np.abs(bare_C.numpy() - relaxed_C.numpy()).max() > 1e-3
+    if assignment != "softmax":
+        T_cold = 1e-6
+        assert (ref_memberships(X, C, T_cold, assignment).max(1) == 1).all()
+        _, g1, _ = gradient_step(Xt, Ct, T_cold, assignment)
+        _, g2, _ = gradient_step(Xt, Ct, T_cold, assignment, objective="bare")
+        np.testing.assert_allclose(g2.numpy(), g1.numpy(), atol=1e-10)
+
+
+def test_gradient_step_rejects_unknown_objective() -> None:
+    X = torch.randn(5, 2, dtype=torch.float64)
+    with pytest.raises(ValueError, match="objective must be 'relaxed' or 'bare'; got 'kl'"):
+        gradient_step(X, X[:2], 1.0, "softmax", objective="kl")
+
+
+# -- empty clusters and degenerate data ------------------------------------------------------
+
+
+FAR = np.vstack([X0[:3], [[1e3, 1e3, 1e3]]])  # a centroid far from all data
+
+
+@pytest.mark.parametrize("solver", ["lloyd", "gradient"])
+@pytest.mark.parametrize("assignment", ALL)
+def test_far_centroid_is_relocated(assignment: str, solver: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to warn about
+        est = RBFKMeans(4, assignment=assignment, init=FAR, solver=solver, random_state=0).fit(X0)
+    assert np.isfinite(est.cluster_centers_).all()
+    assert np.bincount(est.labels_, minlength=4).min() > 0
+    assert np.abs(est.cluster_centers_).max() < 100
+    assert np.isfinite(est.predict_proba(X0)).all()
+
+
+def test_far_centroid_relocation_as_sklearn() -> None:
+    km = KMeans(4, init=FAR, n_init=1, algorithm="lloyd").fit(X0)
+    est = RBFKMeans(4, assignment="hard", init=FAR).fit(X0)
+    compare_to_sklearn(est, km)
+
+
+@pytest.mark.parametrize("solver", ["lloyd", "gradient"])
+@pytest.mark.parametrize("assignment", ALL)
+@pytest.mark.parametrize("case", ["identical", "two_distinct"])
+def test_fewer_distinct_points_than_clusters(assignment: str, solver: str, case: str) -> None:
+    if case == "identical":
+        X, distinct = np.full((10, 2), 3.5), 1
+    else:
+        X, distinct = np.repeat([[0.0, 0.0], [1.0, 2.0]], 5, axis=0), 2
+    est = RBFKMeans(4, assignment=assignment, solver=solver, random_state=0)
+    with pytest.warns(ConvergenceWarning, match=rf"distinct clusters \({distinct}\) found smaller"):
+        est.fit(X)
+    assert np.isfinite(est.cluster_centers_).all()
+    assert est.inertia_ == 0.0
+    assert {tuple(c) for c in est.cluster_centers_} == {tuple(x) for x in X}
+    P = est.predict_proba(X)
+    assert np.isfinite(P).all()
+    np.testing.assert_allclose(P.sum(1), 1.0)
+    assert np.isfinite(est.transform(X)).all()
+
+
+# -- sample weights --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("assignment", ALL)
+def test_integer_weights_equal_repeated_rows(assignment: str) -> None:
+    X = blobs(60, k=3, d=2, std=1.5, seed=5)
+    sw = np.random.RandomState(0).randint(0, 4, len(X))  # zeros included
+    a = RBFKMeans(3, assignment=assignment, random_state=0).fit(X, sample_weight=sw)
+    b = RBFKMeans(3, assignment=assignment, random_state=0).fit(np.repeat(X, sw, axis=0))
+    np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, atol=1e-10)
+    assert a.inertia_ == pytest.approx(b.inertia_, rel=1e-10)
+    assert a.n_iter_ == b.n_iter_
+    np.testing.assert_allclose(a.temperatures_, b.temperatures_, rtol=1e-10)
+    np.testing.assert_allclose(a.predict_proba(X), b.predict_proba(X), atol=1e-10)
+    assert a.score(X, sample_weight=sw) == pytest.approx(b.score(np.repeat(X, sw, axis=0)))
+
+
+@pytest.mark.parametrize("assignment", ["entmax15", "hard"])
+def test_unit_weights_equal_no_weights(assignment: str) -> None:
+    a = RBFKMeans(4, assignment=assignment, random_state=0).fit(X0)
+    b = RBFKMeans(4, assignment=assignment, random_state=0).fit(X0, sample_weight=np.ones(90))
+    np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, atol=1e-12)
+
+
+def test_weights_move_the_centres() -> None:
+    X = np.array([[0.0], [1.0], [10.0], [11.0]])
+    est = RBFKMeans(2, assignment="hard", init=np.array([[0.0], [10.0]]))
+    est.fit(X, sample_weight=[3.0, 1.0, 1.0, 0.0])
+    np.testing.assert_allclose(est.cluster_centers_, [[0.25], [10.0]])
+    assert est.inertia_ == pytest.approx(3 * 0.25**2 + 0.75**2)
+
+
+# -- validation ------------------------------------------------------------------------------
+
+BAD_PARAMS: dict[str, Any] = {
+    "n_clusters": 0,
+    "assignment": "gumbel",
+    "init": "kmeans",
+    "n_init": 0,
+    "max_iter": 0,
+    "tol": -1.0,
+    "T_start": 0.0,
+    "T_end": -1.0,
+    "cooling": 1.0,
+    "max_iter_per_temperature": 2.5,
+    "stop_gap": float("inf"),
+    "temperature": -0.5,
+    "perturbation": float("nan"),
+    "solver": "adam",
+    "optimizer": "adam",
+    "chunk_size": 0,
+    "random_state": "seed",
+    "device": 3,
+    "dtype": "float16",
+    "verbose": -1,
+}
+
+
+def test_every_parameter_has_a_bad_value_here() -> None:
+    assert set(BAD_PARAMS) == set(_PARAMETERS)
+
+
+@pytest.mark.parametrize(("name", "value"), BAD_PARAMS.items())
+def test_bad_parameter_is_named_with_its_value(name: str, value: Any) -> None:
+    est = RBFKMeans(**{name: value})
+    pattern = rf"^{name} must be .*; got {re.escape(repr(value))}$"
+    with pytest.raises(ValueError, match=pattern):
+        est.fit(X0)
+    with pytest.raises(ValueError, match=pattern):
+        RBFKMeans(**{name: value}).partial_fit(X0)
+
+
+def test_more_bad_parameter_values() -> None:
+    for name, value in [("n_clusters", True), ("n_clusters", 2.0), ("cooling", 0.0),
+                        ("T_start", float("inf")), ("n_init", "many"), ("tol", None)]:
+        with pytest.raises(ValueError, match=rf"^{name} must be"):
+            RBFKMeans(**{name: value}).fit(X0)
+
+
+@pytest.mark.parametrize(
+    ("X", "match"),
+    [
+        (np.where(np.arange(270).reshape(90, 3) == 7, np.nan, X0), "Input X contains NaN"),
+        (np.where(np.arange(270).reshape(90, 3) == 7, np.inf, X0), "Input X contains infinity"),
+        (X0[:, 0], "Expected 2D array, got 1D array"),
+        (X0[None], "Found array with dim 3"),
+        (X0[:0], "0 sample"),
+        (X0[:3], r"n_samples=3 should be >= n_clusters=4"),
+        (np.array([["a", "b"]] * 5, dtype=object), "could not convert"),
+    ],
+)
+def test_bad_X(X: np.ndarray, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        RBFKMeans(4).fit(X)
+
+
+@pytest.mark.parametrize(
+    ("sw", "match"),
+    [
+        (-np.ones(90), r"sample_weight must be >= 0; got .*-1\.0.* at index 0"),
+        (np.r_[np.ones(89), np.nan], r"sample_weight must be finite; got .*nan.* at index 89"),
+        (np.r_[np.ones(89), np.inf], r"sample_weight must be finite; got .*inf.* at index 89"),
+        (np.ones(5), r"sample_weight.shape == \(5,\), expected \(90,\)"),
+    ],
+)
+def test_bad_sample_weight(sw: np.ndarray, match: str) -> None:
+    for call in (lambda: RBFKMeans(4).fit(X0, sample_weight=sw),
+                 lambda: RBFKMeans(4).partial_fit(X0, sample_weight=sw)):
+        with pytest.raises(ValueError, match=match):
+            call()
+    fitted = RBFKMeans(4, assignment="hard", random_state=0).fit(X0)
+    with pytest.raises(ValueError, match=match):
+        fitted.score(X0, sample_weight=sw)
+
+
+def test_bad_init_array() -> None:
+    with pytest.raises(ValueError, match=r"init array must have shape .* \(4, 3\); got \(4, 2\)"):
+        RBFKMeans(4, init=np.zeros((4, 2))).fit(X0)
+    bad = X0[:4].copy()
+    bad[1, 1] = np.nan
+    with pytest.raises(ValueError, match="init array must be finite"):
+        RBFKMeans(4, assignment="hard", init=bad).fit(X0)
+
+
+@pytest.mark.parametrize("method", ["predict", "predict_proba", "transform", "score",
+                                    "partial_fit"])
+def test_feature_count_mismatch(method: str) -> None:
+    est = RBFKMeans(3, assignment="hard", random_state=0).fit(X0)
+    with pytest.raises(ValueError, match="X has 2 features, but RBFKMeans is expecting 3"):
+        getattr(est, method)(X0[:, :2])
+
+
+def test_bad_temperature_at_inference() -> None:
+    est = RBFKMeans(3, random_state=0).fit(X0)
+    with pytest.raises(ValueError, match=r"temperature must be a finite number >= 0; got -1"):
+        est.predict_proba(X0, temperature=-1)
+    with pytest.raises(ValueError, match=r"temperature must be a finite number >= 0; got nan"):
+        est.to_layer(temperature=float("nan"))
+
+
+def test_unfitted_raises() -> None:
+    from sklearn.exceptions import NotFittedError
+
+    for method in ("predict", "predict_proba", "transform", "score"):
+        with pytest.raises(NotFittedError):
+            getattr(RBFKMeans(3), method)(X0)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("assignment", ["entmax15", "hard"])
+def test_caller_arrays_are_never_modified(dtype: type, assignment: str) -> None:
+    X = X0.astype(dtype)
+    sw = np.linspace(0.5, 2.0, len(X)).astype(dtype)
+    init = X[:3].copy()
+    copies = [a.copy() for a in (X, sw, init)]
+    init_arg = init if assignment == "hard" else "auto"
+    est = RBFKMeans(3, assignment=assignment, init=init_arg, random_state=0)
+    est.fit(X, sample_weight=sw)
+    for call in (est.predict, est.predict_proba, est.transform, est.score):
+        call(X)
+    est.score(X, sample_weight=sw)
+    est.partial_fit(X, sample_weight=sw)
+    RBFKMeans(3, assignment=assignment, init=init_arg, random_state=0).partial_fit(
+        X, sample_weight=sw)
+    for a, c in zip((X, sw, init), copies, strict=True):
+        np.testing.assert_array_equal(a, c)
+
+
+def test_read_only_input() -> None:
+    X = X0.copy()
+    X.setflags(write=False)
+    sw = np.ones(len(X))
+    sw.setflags(write=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. torch's "The given NumPy array is not writable"
+        est = RBFKMeans(3, random_state=0).fit(X, sample_weight=sw)
+        est.predict_proba(X)
+        est.partial_fit(X, sample_weight=sw)
+    np.testing.assert_array_equal(X, X0)
+
+
+def test_float16_is_computed_in_float32() -> None:
+    X16 = X0.astype(np.float16)
+    a = RBFKMeans(3, random_state=0).fit(X16)
+    b = RBFKMeans(3, random_state=0).fit(X16.astype(np.float32))
+    assert a.cluster_centers_.dtype == np.float32
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    P = a.predict_proba(X16)
+    assert P.dtype == np.float32
+    assert np.isfinite(P).all()
+    np.testing.assert_array_equal(a.predict(X16), b.predict(X16.astype(np.float32)))
+    assert X16.dtype == np.float16
+    t = RBFKMeans(3, random_state=0).fit(torch.from_numpy(X0).to(torch.bfloat16))
+    assert t.cluster_centers_.dtype == np.float32
+
+
+# -- annealing -------------------------------------------------------------------------------
+
+
+def cov_eigmax(X: np.ndarray) -> float:
+    return float(np.linalg.eigvalsh(np.cov(X.T, bias=True)).max())
+
+
+@pytest.mark.parametrize(("assignment", "factor"),
+                         [("softmax", 1.0), ("entmax15", 2.0), ("sparsemax", 4.0)])
+def test_temperature_ladder(assignment: str, factor: float) -> None:
+    est = RBFKMeans(4, assignment=assignment, random_state=0).fit(X0)
+    Tc = factor * cov_eigmax(X0)  # 1, sqrt(k), k times lambda_max for k = 4
+    assert est.critical_temperature_ == pytest.approx(Tc, rel=1e-9)
+    T = est.temperatures_
+    assert T[0] == pytest.approx(1.2 * Tc, rel=1e-9)
+    assert (np.diff(T) < 0).all()
+    np.testing.assert_allclose(T[1:] / T[:-1], 0.8, rtol=1e-12)  # default cooling
+    assert est.temperature_ == T[-1]
+    custom = RBFKMeans(4, assignment=assignment, T_start=5.0, cooling=0.5,
+                       random_state=0).fit(X0)
+    assert custom.temperatures_[0] == 5.0
+    np.testing.assert_allclose(custom.temperatures_[1:] / custom.temperatures_[:-1], 0.5)
+
+
+@pytest.mark.parametrize("solver", ["lloyd", "gradient"])
+@pytest.mark.parametrize("assignment", SOFT)
+def test_result_is_a_lloyd_fixed_point(assignment: str, solver: str) -> None:
+    X = blobs(120, k=5, d=2, std=2.0, seed=7)
+    w = np.random.RandomState(1).uniform(0.5, 2, len(X))
+    est = RBFKMeans(5, assignment=assignment, solver=solver, random_state=0)
+    est.fit(X, sample_weight=w)
+    labels, C = lloyd_step(X, est.cluster_centers_, w)
+    np.testing.assert_array_equal(labels, est.labels_)
+    np.testing.assert_allclose(C, est.cluster_centers_, atol=1e-10, rtol=0)
+
+
+GRID = np.array([[i, j] for i in range(3) for j in range(3)], dtype=float) * 4.0
+
+
+@pytest.mark.parametrize("assignment", SOFT)
+def test_annealing_finds_the_global_optimum_on_separated_blobs(assignment: str) -> None:
+    """3 x 3 grid of tight blobs: most single random-start Lloyd runs end in a local optimum,
+    one annealed fit finds the best of 20 k-means++ restarts (and the true blobs)."""
+    X, y = make_blobs(180, centers=GRID, cluster_std=0.4, random_state=0)
+    best = KMeans(9, n_init=20, random_state=0).fit(X).inertia_
+    single = [KMeans(9, init="random", n_init=1, random_state=r).fit(X).inertia_
+              for r in range(5)]
+    assert max(single) > best * 1.05  # the problem does have bad local optima
+    est = RBFKMeans(9, assignment=assignment, random_state=0).fit(X)
+    assert est.inertia_ <= best * (1 + 1e-9)
+    assert adjusted_rand_score(y, est.labels_) == 1.0
+
+
+# -- memberships and the layer ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("assignment", SOFT)
+def test_predict_proba(assignment: str) -> None:
+    est = RBFKMeans(4, assignment=assignment, random_state=0).fit(X0)
+    C = est.cluster_centers_
+    for T in (None, 0.5 * est.critical_temperature_, 2.0):
+        P = est.predict_proba(X0, temperature=T)
+        T_ref = est.temperature_ if T is None else T
+        assert P.shape == (90, 4)
+        assert (P >= 0).all()
+        np.testing.assert_allclose(P.sum(1), 1.0, atol=1e-12)
+        np.testing.assert_allclose(P, ref_memberships(X0, C, T_ref, assignment), atol=1e-9)
+    hot = est.predict_proba(X0, temperature=est.critical_temperature_)
+    if assignment == "softmax":
+        assert (hot > 0).all()
+    else:
+        assert (hot == 0).any()
+        assert ((hot > 0).sum(1) > 1).any()
+    P0 = est.predict_proba(X0, temperature=0)
+    np.testing.assert_array_equal(P0, np.eye(4)[est.labels_])
+    fixed = RBFKMeans(4, assignment=assignment, temperature=1.5, random_state=0).fit(X0)
+    np.testing.assert_allclose(fixed.predict_proba(X0),
+                               ref_memberships(X0, fixed.cluster_centers_, 1.5, assignment),
+                               atol=1e-9)
+
+
+def test_predict_proba_hard_is_one_hot() -> None:
+    est = RBFKMeans(4, assignment="hard", random_state=0).fit(X0)
+    np.testing.assert_array_equal(est.predict_proba(X0), np.eye(4)[est.labels_])
+    np.testing.assert_array_equal(est.predict_proba(X0, temperature=3.0), np.eye(4)[est.labels_])
+
+
+@pytest.mark.parametrize("assignment", ALL)
+def test_to_layer_equals_predict_proba(assignment: str) -> None:
+    est = RBFKMeans(4, assignment=assignment, random_state=0).fit(X0)
+    Xt = torch.from_numpy(X0)
+    with torch.no_grad():
+        np.testing.assert_allclose(est.to_layer()(Xt).numpy(), est.predict_proba(X0), atol=1e-12)
+        layer = est.to_layer(temperature=2.0)
+        assert layer.temperature == 2.0
+        assert layer.assignment == assignment
+        np.testing.assert_allclose(layer(Xt).numpy(), est.predict_proba(X0, temperature=2.0),
+                                   atol=1e-12)
+        np.testing.assert_array_equal(layer.predict(Xt).numpy(), est.predict(X0))
+    other = est.to_layer(temperature=1.0, assignment="softmax")
+    assert other.assignment == "softmax"
