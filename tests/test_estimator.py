@@ -299,10 +299,11 @@ def test_gradient_step_rejects_unknown_objective() -> None:
 
 
 FAR = np.vstack([X0[:3], [[1e3, 1e3, 1e3]]])  # a centroid far from all data
+# every mode; the gradient solver (its own relocation code) with a dense and a sparse mapping
+MODES = [*((a, "lloyd") for a in ALL), ("softmax", "gradient"), ("sparsemax", "gradient")]
 
 
-@pytest.mark.parametrize("solver", ["lloyd", "gradient"])
-@pytest.mark.parametrize("assignment", ALL)
+@pytest.mark.parametrize(("assignment", "solver"), MODES)
 def test_far_centroid_is_relocated(assignment: str, solver: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing to warn about
@@ -319,8 +320,7 @@ def test_far_centroid_relocation_as_sklearn() -> None:
     compare_to_sklearn(est, km)
 
 
-@pytest.mark.parametrize("solver", ["lloyd", "gradient"])
-@pytest.mark.parametrize("assignment", ALL)
+@pytest.mark.parametrize(("assignment", "solver"), MODES)
 @pytest.mark.parametrize("case", ["identical", "two_distinct"])
 def test_fewer_distinct_points_than_clusters(assignment: str, solver: str, case: str) -> None:
     if case == "identical":
@@ -559,8 +559,8 @@ def test_temperature_ladder(assignment: str, factor: float) -> None:
     np.testing.assert_allclose(custom.temperatures_[1:] / custom.temperatures_[:-1], 0.5)
 
 
-@pytest.mark.parametrize("solver", ["lloyd", "gradient"])
-@pytest.mark.parametrize("assignment", SOFT)
+@pytest.mark.parametrize(("assignment", "solver"), [*((a, "lloyd") for a in SOFT),
+                                                    ("entmax15", "gradient")])
 def test_result_is_a_lloyd_fixed_point(assignment: str, solver: str) -> None:
     X = blobs(120, k=5, d=2, std=2.0, seed=7)
     w = np.random.RandomState(1).uniform(0.5, 2, len(X))

@@ -30,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="the interview question's two-centroid example")
     demo.set_defaults(func=_cmd_demo)
+    from .cli_fit import add_fit_parser  # the command's heavy imports wait until it runs
+
+    add_fit_parser(sub)
     return parser
 
 
