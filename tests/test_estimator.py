@@ -8,6 +8,7 @@ and the ``entmax`` package (memberships and soft means), repeated rows (integer 
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 from collections.abc import Iterator
@@ -49,6 +50,13 @@ def blobs(n: int = 90, k: int = 4, d: int = 3, seed: int = 0, std: float = 1.0) 
 
 
 X0 = blobs()
+
+
+@functools.cache
+def fitted(assignment: str = "entmax15") -> RBFKMeans:
+    """``RBFKMeans(4, assignment, random_state=0)`` fitted on ``X0``, shared by the tests that
+    only read it (never call fit/partial_fit on it)."""
+    return RBFKMeans(4, assignment=assignment, random_state=0).fit(X0)
 
 
 # -- independent references ------------------------------------------------------------------
@@ -124,7 +132,7 @@ def test_fitted_attributes_and_methods(assignment: str) -> None:
 
 
 def test_chunked_fit_equals_unchunked() -> None:
-    a = RBFKMeans(4, random_state=0).fit(X0)
+    a = fitted()
     b = RBFKMeans(4, random_state=0, chunk_size=32).fit(X0)
     np.testing.assert_allclose(b.cluster_centers_, a.cluster_centers_, atol=1e-10)
     np.testing.assert_allclose(b.temperatures_, a.temperatures_, rtol=1e-12)
@@ -358,7 +366,7 @@ def test_integer_weights_equal_repeated_rows(assignment: str) -> None:
 
 @pytest.mark.parametrize("assignment", ["entmax15", "hard"])
 def test_unit_weights_equal_no_weights(assignment: str) -> None:
-    a = RBFKMeans(4, assignment=assignment, random_state=0).fit(X0)
+    a = fitted(assignment)
     b = RBFKMeans(4, assignment=assignment, random_state=0).fit(X0, sample_weight=np.ones(90))
     np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, atol=1e-12)
 
@@ -472,7 +480,7 @@ def test_feature_count_mismatch(method: str) -> None:
 
 
 def test_bad_temperature_at_inference() -> None:
-    est = RBFKMeans(3, random_state=0).fit(X0)
+    est = fitted()
     with pytest.raises(ValueError, match=r"temperature must be a finite number >= 0; got -1"):
         est.predict_proba(X0, temperature=-1)
     with pytest.raises(ValueError, match=r"temperature must be a finite number >= 0; got nan"):
@@ -545,7 +553,7 @@ def cov_eigmax(X: np.ndarray) -> float:
 @pytest.mark.parametrize(("assignment", "factor"),
                          [("softmax", 1.0), ("entmax15", 2.0), ("sparsemax", 4.0)])
 def test_temperature_ladder(assignment: str, factor: float) -> None:
-    est = RBFKMeans(4, assignment=assignment, random_state=0).fit(X0)
+    est = fitted(assignment)
     Tc = factor * cov_eigmax(X0)  # 1, sqrt(k), k times lambda_max for k = 4
     assert est.critical_temperature_ == pytest.approx(Tc, rel=1e-9)
     T = est.temperatures_
@@ -593,7 +601,7 @@ def test_annealing_finds_the_global_optimum_on_separated_blobs(assignment: str) 
 
 @pytest.mark.parametrize("assignment", SOFT)
 def test_predict_proba(assignment: str) -> None:
-    est = RBFKMeans(4, assignment=assignment, random_state=0).fit(X0)
+    est = fitted(assignment)
     C = est.cluster_centers_
     for T in (None, 0.5 * est.critical_temperature_, 2.0):
         P = est.predict_proba(X0, temperature=T)
@@ -617,14 +625,14 @@ def test_predict_proba(assignment: str) -> None:
 
 
 def test_predict_proba_hard_is_one_hot() -> None:
-    est = RBFKMeans(4, assignment="hard", random_state=0).fit(X0)
+    est = fitted("hard")
     np.testing.assert_array_equal(est.predict_proba(X0), np.eye(4)[est.labels_])
     np.testing.assert_array_equal(est.predict_proba(X0, temperature=3.0), np.eye(4)[est.labels_])
 
 
 @pytest.mark.parametrize("assignment", ALL)
 def test_to_layer_equals_predict_proba(assignment: str) -> None:
-    est = RBFKMeans(4, assignment=assignment, random_state=0).fit(X0)
+    est = fitted(assignment)
     Xt = torch.from_numpy(X0)
     with torch.no_grad():
         np.testing.assert_allclose(est.to_layer()(Xt).numpy(), est.predict_proba(X0), atol=1e-12)
