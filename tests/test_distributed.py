@@ -1,0 +1,452 @@
+"""Two gloo processes on 127.0.0.1: a distributed fit equals the single-process fit on the
+concatenated data, every rank ends with the same centroids, and bad input on one rank raises on
+every rank instead of hanging.
+
+One process group runs every scenario (a module fixture, a few seconds); the tests compare what
+each rank wrote with a single-process run here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import socket
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+from sklearn.datasets import make_blobs
+from torch import nn
+
+import rbfkmeans as rk
+from rbfkmeans.distributed import (
+    broadcast_module,
+    gather_rows,
+    is_distributed,
+    process_group,
+    shard,
+    shard_bounds,
+)
+
+pytestmark = pytest.mark.skipif(
+    not torch.distributed.is_available(), reason="torch.distributed is not available"
+)
+
+WORLD = 2
+N, K = 500, 6
+SPLIT = 230  # uneven shards: rank 0 holds X[:230], rank 1 X[230:]
+
+
+def _data() -> tuple[np.ndarray, np.ndarray]:
+    X, _ = make_blobs(n_samples=N, n_features=3, centers=K, cluster_std=1.2, random_state=1)
+    w = np.linspace(0.2, 3.0, N)
+    return X, w
+
+
+def _part(a: np.ndarray, rank: int) -> np.ndarray:
+    return a[:SPLIT] if rank == 0 else a[SPLIT:]
+
+
+#: estimator settings run under both processes and here; "w": weighted fit
+FITS: dict[str, dict[str, Any]] = {
+    "hard": {"assignment": "hard", "random_state": 0, "w": True},
+    "softmax": {"assignment": "softmax", "random_state": 0, "w": True},
+    "entmax15": {"assignment": "entmax15", "random_state": 3, "w": False},
+    "sparsemax_kpp": {"assignment": "sparsemax", "init": "k-means++", "random_state": 2,
+                      "w": False},
+    "hard_n_init": {"assignment": "hard", "n_init": 3, "random_state": 5, "w": True},
+}
+
+
+def _estimator(spec: dict[str, Any], **extra: Any) -> rk.RBFKMeans:
+    params = {k: v for k, v in spec.items() if k != "w"}
+    return rk.RBFKMeans(n_clusters=K, **params, **extra)
+
+
+def _fitted(est: rk.RBFKMeans) -> dict[str, Any]:
+    return {"centers": est.cluster_centers_, "inertia": est.inertia_, "labels": est.labels_,
+            "temperatures": est.temperatures_, "n_iter": est.n_iter_}
+
+
+def _batches(X: np.ndarray, size: int = 50) -> list[np.ndarray]:
+    return [X[i : i + size] for i in range(0, X.shape[0], size)]
+
+
+class _Model(nn.Module):
+    """An encoder and the clustering layer, trained jointly (float64)."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.enc = nn.Linear(3, 2, dtype=torch.float64)
+        with torch.no_grad():
+            self.enc.weight.copy_(torch.randn(2, 3, generator=g, dtype=torch.float64))
+            self.enc.bias.zero_()
+        self.cluster = rk.KMeansLayer(torch.randn(4, 2, generator=g, dtype=torch.float64),
+                                      temperature=0.5, assignment="softmax")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.cluster.objective(self.enc(x)) / x.shape[0]
+
+
+def _sgd(model: nn.Module, lr: float = 0.05) -> None:
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= lr * p.grad
+            p.grad = None
+
+
+def _train(model: nn.Module, batches: list[torch.Tensor]) -> nn.Module:
+    for xb in batches:
+        model(xb).backward()
+        _sgd(model)
+    return model
+
+
+def _ddp_batches(rank: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(100 + rank)
+    return [torch.randn(16, 3, generator=g, dtype=torch.float64) + rank for _ in range(4)]
+
+
+# ---------------------------------------------------------------------------------------------
+# what each rank runs
+# ---------------------------------------------------------------------------------------------
+
+
+def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
+    X, w = _data()
+    Xl, wl = _part(X, rank), _part(w, rank)
+    out: dict[str, Callable[[], Any]] = {}
+    for name, spec in FITS.items():
+        def fit(spec: dict[str, Any] = spec) -> Any:
+            est = _estimator(spec).fit(Xl, sample_weight=wl if spec["w"] else None)
+            res = _fitted(est)
+            res["all_labels"] = gather_rows(est.labels_).numpy()
+            return res
+        out[name] = fit
+
+    def memmap_shard() -> Any:  # each rank reads its rows of one file on disk, no copy
+        mm = np.load(os.path.join(data_dir, "X.npy"), mmap_mode="r")
+        Xs = shard(mm)
+        return {"rows": (shard_bounds(N).start, shard_bounds(N).stop),
+                **_fitted(rk.RBFKMeans(K, assignment="hard", random_state=0).fit(Xs))}
+
+    def seed_none() -> Any:  # np.random differs between the ranks: seeds come from rank 0
+        drawn: list[int] = []
+
+        def init(A: np.ndarray, k: int, rs: np.random.RandomState) -> np.ndarray:
+            drawn.append(int(rs.randint(2**31 - 1)))  # the run's seed, seen by the callable
+            return A[:k]
+
+        est = rk.RBFKMeans(K, assignment="hard", init=init, n_init=2, random_state=None)
+        return {**_fitted(est.fit(Xl)), "drawn": drawn}
+
+    def tiny_shard() -> Any:  # fewer rows on rank 0 than clusters: fine, the count is global
+        Xt = X[:2] if rank == 0 else X[2:]
+        return _fitted(rk.RBFKMeans(K, assignment="entmax15", random_state=0).fit(Xt))
+
+    def relocation() -> Any:  # a centroid far from every point is emptied and relocated
+        C0 = X[:K].copy()
+        C0[0] = 1e3
+        return _fitted(rk.RBFKMeans(K, assignment="hard", init=C0).fit(Xl))
+
+    def callable_init() -> Any:  # a callable sees the shard: rank 0's result is used
+        return _fitted(rk.RBFKMeans(K, assignment="hard", init=lambda A, k, rs: A[:k]).fit(Xl))
+
+    def float32() -> Any:
+        return _fitted(rk.RBFKMeans(K, assignment="softmax", random_state=0)
+                       .fit(Xl.astype(np.float32)))
+
+    def too_few() -> Any:
+        rk.RBFKMeans(K, assignment="hard").fit(X[:2] if rank == 0 else X[2:3])
+
+    def nan_on_one_rank() -> Any:
+        Xb = Xl.copy()
+        if rank == 1:
+            Xb[3, 1] = np.nan
+        rk.RBFKMeans(K, assignment="hard").fit(Xb)
+
+    def widths_differ() -> Any:
+        rk.RBFKMeans(K, assignment="hard").fit(Xl if rank == 0 else Xl[:, :2])
+
+    def random_init() -> Any:
+        rk.RBFKMeans(K, assignment="hard", init="random").fit(Xl)
+
+    def batches() -> Any:  # rank 0 has 5 batches, rank 1 has 6
+        est = rk.RBFKMeans(K, assignment="hard", random_state=0).fit_batches(_batches(Xl))
+        return {"centers": est.cluster_centers_, "n_iter": est.n_iter_}
+
+    def ddp() -> Any:
+        model = _Model(seed=rank)  # different on each rank until DDP broadcasts rank 0's
+        ddp_model = nn.parallel.DistributedDataParallel(model)
+        _train(ddp_model, _ddp_batches(rank))
+        return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()
+                if isinstance(v, torch.Tensor)}
+
+    def broadcast() -> Any:
+        layer = rk.KMeansLayer(torch.full((3, 2), float(rank + 1)), temperature=1.0)
+        return broadcast_module(layer).centroids.detach().numpy().copy()
+
+    out.update(memmap_shard=memmap_shard, seed_none=seed_none, tiny_shard=tiny_shard,
+               relocation=relocation, callable_init=callable_init, float32=float32,
+               too_few=too_few, nan_on_one_rank=nan_on_one_rank, widths_differ=widths_differ,
+               random_init=random_init, batches=batches, ddp=ddp, broadcast=broadcast)
+    return out
+
+
+def _worker(rank: int, port: int, out_dir: str) -> None:
+    torch.set_num_threads(1)
+    np.random.seed(1000 + rank)  # noqa: NPY002 (random_state=None must not depend on it)
+    warnings.simplefilter("ignore")
+    results: dict[str, Any] = {}
+    with process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                       world_size=WORLD, timeout_s=60):
+        results["is_distributed"] = is_distributed()
+        for name, run in _scenarios(rank, out_dir).items():
+            start = time.perf_counter()
+            try:
+                results[name] = run()
+            except Exception as exc:  # recorded, compared by the tests
+                results[name] = ("error", type(exc).__name__, str(exc))
+            results.setdefault("seconds", {})[name] = time.perf_counter() - start
+    results["after"] = is_distributed()
+    with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
+        pickle.dump(results, f)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Any:
+    """Tiny problems: one thread avoids OpenMP spinning on a busy machine (the workers too)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    out = tmp_path_factory.mktemp("dist")
+    np.save(out / "X.npy", _data()[0])
+    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    if method == "fork":  # DDP imports torch._dynamo lazily: once here, not in every worker
+        importlib.import_module("torch._dynamo")
+    ctx = mp.start_processes(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=False,
+                             start_method=method)
+    deadline = time.monotonic() + 240
+    while not ctx.join(timeout=1):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail("the distributed workers did not finish in 240 s")
+    results = []
+    for r in range(WORLD):
+        with open(Path(out) / f"rank{r}.pkl", "rb") as f:
+            results.append(pickle.load(f))
+    return results
+
+
+def _single(spec: dict[str, Any], X: np.ndarray, w: np.ndarray | None) -> rk.RBFKMeans:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _estimator(spec).fit(X, sample_weight=w)
+
+
+# ---------------------------------------------------------------------------------------------
+# the tests
+# ---------------------------------------------------------------------------------------------
+
+
+def test_group_lifecycle(ranks: list[dict[str, Any]]) -> None:
+    for res in ranks:
+        assert res["is_distributed"] is True
+        assert res["after"] is False  # process_group destroyed the group it created
+
+
+@pytest.mark.parametrize("name", list(FITS))
+def test_fit_equals_single_process_on_concatenated_data(
+    ranks: list[dict[str, Any]], name: str
+) -> None:
+    X, w = _data()
+    spec = FITS[name]
+    ref = _single(spec, X, w if spec["w"] else None)
+    r0, r1 = ranks[0][name], ranks[1][name]
+    assert not isinstance(r0, tuple), r0
+    # every rank holds the same centroids (the reduced statistics are identical)
+    np.testing.assert_array_equal(r0["centers"], r1["centers"])
+    assert r0["inertia"] == r1["inertia"]
+    np.testing.assert_allclose(r0["centers"], ref.cluster_centers_, rtol=0, atol=1e-6)
+    assert r0["inertia"] == pytest.approx(ref.inertia_, rel=1e-9)
+    np.testing.assert_allclose(r0["temperatures"], ref.temperatures_, rtol=1e-9)
+    assert r0["n_iter"] == ref.n_iter_
+    # labels_ are this rank's rows; gathered they are the single-process labels
+    np.testing.assert_array_equal(r0["labels"], ref.labels_[:SPLIT])
+    np.testing.assert_array_equal(r1["labels"], ref.labels_[SPLIT:])
+    np.testing.assert_array_equal(r0["all_labels"], ref.labels_)
+    np.testing.assert_array_equal(r1["all_labels"], ref.labels_)
+
+
+def test_memmap_shards(ranks: list[dict[str, Any]]) -> None:
+    X, _ = _data()
+    ref = rk.RBFKMeans(K, assignment="hard", random_state=0).fit(X)
+    assert ranks[0]["memmap_shard"]["rows"] == (0, N // 2)
+    assert ranks[1]["memmap_shard"]["rows"] == (N // 2, N)
+    for res in ranks:
+        np.testing.assert_allclose(res["memmap_shard"]["centers"], ref.cluster_centers_,
+                                   rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["seed_none", "callable_init", "float32"])
+def test_ranks_agree(ranks: list[dict[str, Any]], name: str) -> None:
+    r0, r1 = ranks[0][name], ranks[1][name]
+    assert not isinstance(r0, tuple), r0
+    np.testing.assert_array_equal(r0["centers"], r1["centers"])
+
+
+def test_seeds_come_from_rank_0(ranks: list[dict[str, Any]]) -> None:
+    drawn = [res["seed_none"]["drawn"] for res in ranks]
+    assert drawn[0] == drawn[1]
+    assert len(set(drawn[0])) == 2  # one seed per run
+
+
+def test_float32_matches_single_process(ranks: list[dict[str, Any]]) -> None:
+    X, _ = _data()
+    ref = rk.RBFKMeans(K, assignment="softmax", random_state=0).fit(X.astype(np.float32))
+    np.testing.assert_allclose(ranks[0]["float32"]["centers"], ref.cluster_centers_, atol=1e-4)
+
+
+def test_callable_init_uses_rank_0(ranks: list[dict[str, Any]]) -> None:
+    X, _ = _data()
+    ref = rk.RBFKMeans(K, assignment="hard", init=X[:K]).fit(X)
+    np.testing.assert_allclose(ranks[1]["callable_init"]["centers"], ref.cluster_centers_,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("name", "make"),
+    [
+        ("tiny_shard", lambda X: rk.RBFKMeans(K, assignment="entmax15", random_state=0).fit(X)),
+        ("relocation", lambda X: rk.RBFKMeans(
+            K, assignment="hard", init=np.vstack([np.full((1, 3), 1e3), X[1:K]])).fit(X)),
+    ],
+)
+def test_edge_cases_match_single_process(
+    ranks: list[dict[str, Any]], name: str, make: Callable[[np.ndarray], rk.RBFKMeans]
+) -> None:
+    X, _ = _data()
+    ref = make(X)
+    assert np.abs(ref.cluster_centers_).max() < 100  # the far centroid was relocated
+    for res in ranks:
+        assert not isinstance(res[name], tuple), res[name]
+        np.testing.assert_allclose(res[name]["centers"], ref.cluster_centers_, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("name", "messages"),
+    [
+        ("too_few", ["n_samples=3 should be >= n_clusters=6"] * 2),
+        ("nan_on_one_rank", ["rejected on rank(s) [1]", "NaN"]),
+        ("widths_differ", ["same number of features on every rank; got [3, 2]"] * 2),
+        ("random_init", ["init='random' is not supported under torch.distributed"] * 2),
+    ],
+)
+def test_bad_input_raises_on_every_rank(
+    ranks: list[dict[str, Any]], name: str, messages: list[str]
+) -> None:
+    for res, message in zip(ranks, messages, strict=True):
+        kind, cls, text = res[name]
+        assert kind == "error"
+        assert cls == "ValueError"
+        assert message in text
+
+
+def test_fit_batches_sums_each_step_over_ranks(ranks: list[dict[str, Any]]) -> None:
+    """Step i of the distributed stream is the step on rank 0's batch i and rank 1's batch i
+    together; a rank that has run out adds nothing."""
+    X, _ = _data()
+    b0, b1 = _batches(X[:SPLIT]), _batches(X[SPLIT:])
+    merged = [np.vstack([a, b]) for a, b in zip(b0, b1, strict=False)] + b1[len(b0):]
+    ref = rk.RBFKMeans(K, assignment="hard", random_state=0).fit_batches(merged)
+    r0, r1 = ranks[0]["batches"], ranks[1]["batches"]
+    np.testing.assert_array_equal(r0["centers"], r1["centers"])
+    assert r0["n_iter"] == ref.n_iter_ == len(b1)
+    np.testing.assert_allclose(r0["centers"], ref.cluster_centers_, atol=1e-9)
+
+
+def test_ddp_keeps_the_layer_in_sync(ranks: list[dict[str, Any]]) -> None:
+    """DistributedDataParallel broadcasts rank 0's centroids and averages their gradients: both
+    ranks hold the centroids of single-process training on the mean of the ranks' losses."""
+    model = _Model(seed=0)
+    for x0, x1 in zip(_ddp_batches(0), _ddp_batches(1), strict=True):
+        ((model(x0) + model(x1)) / 2).backward()
+        _sgd(model)
+    ref = {k: v.detach().numpy() for k, v in model.state_dict().items()
+           if isinstance(v, torch.Tensor)}
+    assert set(ranks[0]["ddp"]) == set(ref)
+    assert "cluster.centroids" in ref
+    for key, value in ref.items():
+        np.testing.assert_array_equal(ranks[0]["ddp"][key], ranks[1]["ddp"][key])
+        np.testing.assert_allclose(ranks[0]["ddp"][key], value, rtol=0, atol=1e-10)
+    assert not np.allclose(ref["cluster.centroids"], _Model(seed=0).cluster.centroids.detach())
+
+
+def test_broadcast_module(ranks: list[dict[str, Any]]) -> None:
+    for res in ranks:
+        np.testing.assert_array_equal(res["broadcast"], np.ones((3, 2), dtype=np.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers without a group
+# ---------------------------------------------------------------------------------------------
+
+
+def test_shard_bounds_cover_rows_in_order() -> None:
+    for n, parts in [(10, 3), (2, 4), (0, 2), (7, 1)]:
+        bounds = [shard_bounds(n, parts, i) for i in range(parts)]
+        assert [b.start for b in bounds] == [0] + [b.stop for b in bounds[:-1]]
+        assert bounds[-1].stop == n
+        sizes = [b.stop - b.start for b in bounds]
+        assert max(sizes) - min(sizes) <= 1
+        assert sizes == [len(a) for a in np.array_split(np.arange(n), parts)]
+
+
+def test_shard_is_a_view_and_single_process_defaults() -> None:
+    X = np.arange(20.0).reshape(10, 2)
+    assert not is_distributed()
+    assert np.shares_memory(shard(X, 3, 1), X)
+    np.testing.assert_array_equal(shard(X), X)  # one process: everything
+    assert torch.equal(gather_rows(torch.arange(3)), torch.arange(3))
+    layer = rk.KMeansLayer(torch.zeros(2, 2))
+    assert broadcast_module(layer) is layer
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"n": -1, "n_shards": 2, "index": 0}, "n must be an integer >= 0; got -1"),
+        ({"n": 5, "n_shards": 0, "index": 0}, "n_shards must be an integer >= 1; got 0"),
+        ({"n": 5, "n_shards": 2, "index": 2}, "index must be an integer in [0, 2); got 2"),
+    ],
+)
+def test_shard_bounds_rejects(kwargs: dict[str, int], message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(")
+                       .replace(")", r"\)")):
+        shard_bounds(**kwargs)
+
+
+def test_process_group_rejects_unknown_backend() -> None:
+    with pytest.raises(ValueError, match=r"backend must be a torch\.distributed backend name"), \
+            process_group("carrier-pigeon"):
+        pass
