@@ -669,8 +669,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                     break
                 if width < 0:  # the first batch of the fit fixes the features and the dtype
                     width = d
-                    self._dtype_ = _torch_dtype(self.dtype) or (
-                        torch.float64 if any64 else torch.float32)
+                    chosen = None if self.dtype is None else _torch_dtype(self.dtype)
+                    self._dtype_ = chosen or (torch.float64 if any64 else torch.float32)
                 elif d != width:
                     raise ValueError(f"every batch must have {width} features; got {d}")
                 self.n_features_in_ = width
@@ -715,9 +715,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """k-means++ on the seeding batches of all ranks. Returns ``(C, counts, X, w)`` with
         ``X``, ``w`` this rank's seeding rows (for the first step)."""
-        X = torch.cat([x for x, _ in seeding])  # (m, d)
-        w = None
-        if any(v is not None for _, v in seeding):
+        X = seeding[0][0] if len(seeding) == 1 else torch.cat([x for x, _ in seeding])  # (m, d)
+        w = seeding[0][1] if len(seeding) == 1 else None
+        if len(seeding) > 1 and any(v is not None for _, v in seeding):
             w = torch.cat([v if v is not None else x.new_ones(x.shape[0]) for x, v in seeding])
         m = int(comm.sum_scalars(X.shape[0])[0])
         if m < self.n_clusters:
