@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -23,6 +24,30 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_deep_cluster(args: argparse.Namespace) -> int:
+    import torch
+
+    from .deep.experiment import run_ablation, run_deep_cluster
+
+    torch.set_num_threads(max(1, args.threads))
+    hidden = None if args.hidden is None else tuple(int(h) for h in args.hidden.split(","))
+    settings = {"quick": args.quick, "progress": not args.no_progress, "hidden": hidden,
+                "assignment": args.assignment, "epochs": args.epochs,
+                "pretrain_epochs": args.pretrain_epochs}
+    if args.ablation:
+        run_ablation(args.dataset, args.seeds, args.out, **settings)
+        print((Path(args.out) / "ablation.md").read_text())
+        return 0
+    res = run_deep_cluster(args.dataset, args.seeds, args.out, figure=not args.no_figure,
+                           **settings)
+    for method, row in res["methods"].items():
+        cells = "  ".join(f"{m.upper()} {row['mean'][m]:.3f}±{row['std'][m]:.3f}"
+                          for m in ("acc", "nmi", "ari"))
+        print(f"{method:11s} {cells}")
+    print(f"wrote {args.out}/results.json, labels.npz ({res['runtime_s']:.0f} s)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rbfkmeans", description="k-means as a differentiable RBF network"
@@ -30,6 +55,25 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="the interview question's two-centroid example")
     demo.set_defaults(func=_cmd_demo)
+    from .deep.datasets import DATASETS
+
+    deep = sub.add_parser(
+        "deep-cluster", help="k-means on raw features vs autoencoder then k-means vs joint training"
+    )
+    deep.add_argument("--dataset", choices=DATASETS, default="digits")
+    deep.add_argument("--seeds", type=int, default=3, help="runs with seeds 0..N-1 (default 3)")
+    deep.add_argument("--out", default="out/deep", help="output folder (default out/deep)")
+    deep.add_argument("--assignment", choices=("softmax", "entmax15", "sparsemax", "hard"))
+    deep.add_argument("--epochs", type=int, help="joint-training epochs")
+    deep.add_argument("--pretrain-epochs", type=int, help="autoencoder pretraining epochs")
+    deep.add_argument("--hidden", help="hidden layer widths, e.g. 256,256")
+    deep.add_argument("--quick", action="store_true", help="tiny networks and epochs (smoke test)")
+    deep.add_argument("--ablation", action="store_true",
+                      help="train variants of the joint method; write ablation.json/.md")
+    deep.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    deep.add_argument("--no-progress", action="store_true")
+    deep.add_argument("--no-figure", action="store_true")
+    deep.set_defaults(func=_cmd_deep_cluster)
     from .cli_fit import add_fit_parser  # the command's heavy imports wait until it runs
 
     add_fit_parser(sub)

@@ -1,0 +1,40 @@
+"""End-to-end clustering: an encoder and the k-means layer trained jointly by backpropagation.
+
+``DeepClusterer`` (joint.py) trains any encoder (and optional decoder) with a
+:class:`~rbfkmeans.KMeansLayer` whose centroids live in the encoder's output space; ``metrics``
+scores clusterings (Hungarian accuracy, NMI, ARI); ``datasets`` loads real data that ships with
+scikit-learn; ``experiment`` is the ``rbfkmeans deep-cluster`` command's work and ``plots`` draws
+its figures from the saved files.
+"""
+
+from __future__ import annotations
+
+from .datasets import DATASETS, Dataset, load_dataset
+from .joint import (
+    DeepClusterer,
+    epoch_temperatures,
+    fenchel_young_loss,
+    init_centroids,
+    mapping_entropy,
+    self_training_targets,
+)
+from .metrics import ari, cluster_acc, evaluate, nmi
+from .models import mlp, mlp_autoencoder
+
+__all__ = [
+    "DATASETS",
+    "Dataset",
+    "DeepClusterer",
+    "ari",
+    "cluster_acc",
+    "epoch_temperatures",
+    "evaluate",
+    "fenchel_young_loss",
+    "init_centroids",
+    "load_dataset",
+    "mapping_entropy",
+    "mlp",
+    "mlp_autoencoder",
+    "nmi",
+    "self_training_targets",
+]

@@ -1,0 +1,273 @@
+"""The ``rbfkmeans deep-cluster`` experiment: three ways to cluster a real data set, per seed.
+
+* ``kmeans_raw`` -- :class:`~rbfkmeans.RBFKMeans` on the (preprocessed) input features;
+* ``two_step``   -- an MLP autoencoder pretrained on reconstruction, then RBFKMeans on its
+  embedding (this is also the starting point of the joint method);
+* ``joint``      -- :class:`~rbfkmeans.deep.joint.DeepClusterer`: encoder, decoder and k-means
+  layer trained together from that start.
+
+Writes ``DIR/results.json`` (ACC, NMI, ARI per method and seed; mean, std, min, max over seeds;
+the configuration and timings), ``DIR/labels.npz`` (one predicted-label array per method and
+seed, keys ``<method>_seed<S>``), ``DIR/embeddings.npz`` (the first seed's embedding before and
+after joint training) and, drawn from those files only, ``DIR/embedding_<dataset>.png``.
+``run_ablation`` trains variants of the joint method from the same pretrained networks and writes
+``DIR/ablation.json`` and ``DIR/ablation.md``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import platform
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .datasets import load_dataset
+from .joint import DeepClusterer
+from .metrics import evaluate
+
+__all__ = [
+    "ABLATIONS",
+    "METHODS",
+    "ablation_markdown",
+    "default_config",
+    "run_ablation",
+    "run_deep_cluster",
+    "summarize",
+]
+
+METHODS = ("kmeans_raw", "two_step", "joint")
+
+#: Settings shared by every data set (only the network's input width follows the data).
+_DEFAULTS: dict[str, Any] = {
+    "hidden": (256, 256),
+    "n_latent": 10,
+    "assignment": "softmax",
+    "pretrain_epochs": 200,
+    "epochs": 50,
+    "batch_size": 256,
+    "kmeans_weight": 0.01,
+    "recon_weight": 1.0,
+    "self_training_weight": 1.0,
+    "n_neighbors": 10,
+    "T_start": 0.3,
+    "T_end": 0.3,
+}
+
+#: Tiny settings for tests and smoke runs.
+_QUICK: dict[str, Any] = {"hidden": (32,), "n_latent": 4, "pretrain_epochs": 2, "epochs": 2}
+
+#: name -> overrides of the joint method's settings, for the ablation table.
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "full (defaults)": {},
+    "no self-training (beta=0)": {"self_training_weight": 0.0},
+    "DEC targets (no neighbours)": {"n_neighbors": 0},
+    "no soft k-means term (alpha=0)": {"kmeans_weight": 0.0},
+    "no reconstruction (lambda=0)": {"recon_weight": 0.0},
+    "lambda=0.1": {"recon_weight": 0.1},
+    "lambda=10": {"recon_weight": 10.0},
+    "annealed T: 1.0 -> 0.1 T_c": {"T_start": 1.0, "T_end": 0.1},
+    "constant T = 0.1 T_c": {"T_start": 0.1, "T_end": 0.1},
+    "mapping entmax15": {"assignment": "entmax15"},
+    "mapping sparsemax": {"assignment": "sparsemax"},
+    "no collapse guard": {"min_cluster_fraction": 0.0, "merge_tol": 0.0},
+}
+
+_MODEL_KEYS = ("hidden", "n_latent")
+
+
+def default_config(quick: bool = False, **overrides: Any) -> dict[str, Any]:
+    """The experiment's settings: :data:`_DEFAULTS`, then the quick ones, then ``overrides``
+    (``None`` values are ignored)."""
+    cfg = dict(_DEFAULTS)
+    if quick:
+        cfg.update(_QUICK)
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key not in cfg:
+            raise ValueError(f"unknown setting {key!r}; known: {', '.join(sorted(cfg))}")
+        cfg[key] = value
+    cfg["hidden"] = tuple(int(h) for h in cfg["hidden"])
+    return cfg
+
+
+def _clusterer(cfg: dict[str, Any], n_features: int, k: int, seed: int, verbose: bool,
+               **overrides: Any) -> DeepClusterer:
+    kwargs = {key: v for key, v in cfg.items() if key not in _MODEL_KEYS}
+    kwargs.update(overrides)
+    return DeepClusterer.mlp(
+        n_features, k, hidden=cfg["hidden"], n_latent=cfg["n_latent"], random_state=seed,
+        verbose=verbose, **kwargs,
+    )
+
+
+def summarize(per_seed: Sequence[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Mean, std (ddof=1 when there are several seeds), min and max of each metric."""
+    out: dict[str, dict[str, float]] = {"mean": {}, "std": {}, "min": {}, "max": {}}
+    for metric in ("acc", "nmi", "ari"):
+        v = np.array([r[metric] for r in per_seed], dtype=np.float64)
+        out["mean"][metric] = float(v.mean())
+        out["std"][metric] = float(v.std(ddof=1)) if v.size > 1 else 0.0
+        out["min"][metric] = float(v.min())
+        out["max"][metric] = float(v.max())
+    return out
+
+
+def _seeds(seeds: int | Sequence[int]) -> list[int]:
+    if isinstance(seeds, bool):
+        raise TypeError(f"seeds must be an integer or a list of integers; got {seeds!r}")
+    if isinstance(seeds, int | np.integer):
+        if seeds < 1:
+            raise ValueError(f"seeds must be >= 1; got {seeds!r}")
+        return list(range(int(seeds)))
+    out = [int(s) for s in seeds]
+    if not out:
+        raise ValueError("seeds must name at least one seed; got an empty list")
+    return out
+
+
+def _environment() -> dict[str, Any]:
+    return {"torch": torch.__version__, "threads": torch.get_num_threads(),
+            "python": platform.python_version(), "machine": platform.machine()}
+
+
+def run_deep_cluster(
+    dataset: str = "digits",
+    seeds: int | Sequence[int] = 3,
+    out: str | Path = "out/deep",
+    *,
+    quick: bool = False,
+    progress: bool = True,
+    figure: bool = True,
+    **overrides: Any,
+) -> dict[str, Any]:
+    """Run the three methods on ``dataset`` for each seed; write the files of the module
+    docstring to ``out`` and return the results dictionary (also ``results.json``)."""
+    from tqdm.auto import tqdm
+
+    from ..estimator import RBFKMeans
+
+    cfg = default_config(quick, **overrides)
+    seed_list = _seeds(seeds)
+    ds = load_dataset(dataset)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    X, y, k = ds.X, ds.y, ds.n_clusters
+    per_seed: dict[str, list[dict[str, float]]] = {m: [] for m in METHODS}
+    labels: dict[str, np.ndarray] = {}
+    timings: list[dict[str, float]] = []
+    t_all = time.perf_counter()
+    for seed in tqdm(seed_list, desc=f"deep-cluster {dataset}", disable=not progress):
+        t0 = time.perf_counter()
+        raw = RBFKMeans(k, assignment=cfg["assignment"], random_state=seed).fit(X).labels_
+        t1 = time.perf_counter()
+        dc = _clusterer(cfg, X.shape[1], k, seed, progress)
+        dc.pretrain(X)
+        t2 = time.perf_counter()
+        dc.fit(X)
+        t3 = time.perf_counter()
+        preds = {"kmeans_raw": np.asarray(raw), "two_step": dc.init_labels_, "joint": dc.labels_}
+        for method, pred in preds.items():
+            labels[f"{method}_seed{seed}"] = np.asarray(pred, dtype=np.int64)
+            per_seed[method].append({"seed": seed, **evaluate(y, pred)})
+        reseeded = sum(len(h["reseeded"]) for h in dc.history_)
+        timings.append({"seed": seed, "kmeans_raw_s": t1 - t0, "pretrain_s": t2 - t1,
+                        "joint_s": t3 - t2, "reseeded": reseeded})
+        if seed == seed_list[0]:
+            np.savez_compressed(
+                out / "embeddings.npz", before=dc.init_embedding_, after=dc.transform(X),
+                labels_before=dc.init_labels_, labels_after=dc.labels_, y=y,
+                centers_after=dc.layer_.centroids.detach().cpu().numpy(), seed=seed,
+            )
+    results = {
+        "dataset": dataset,
+        "description": ds.description,
+        "n_samples": int(X.shape[0]),
+        "n_features": int(X.shape[1]),
+        "n_clusters": k,
+        "seeds": seed_list,
+        "config": {key: list(v) if isinstance(v, tuple) else v for key, v in cfg.items()},
+        "methods": {
+            m: {"per_seed": per_seed[m], **summarize(per_seed[m])} for m in METHODS
+        },
+        "timings": timings,
+        "runtime_s": time.perf_counter() - t_all,
+        "environment": _environment(),
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    np.savez_compressed(out / "labels.npz", **labels)  # type: ignore[arg-type]
+    if figure:
+        from .plots import plot_embeddings
+
+        plot_embeddings(out / "embeddings.npz", out / f"embedding_{dataset}.png", title=dataset)
+    return results
+
+
+def run_ablation(
+    dataset: str = "digits",
+    seeds: int | Sequence[int] = 3,
+    out: str | Path = "out/deep",
+    *,
+    variants: dict[str, dict[str, Any]] | None = None,
+    quick: bool = False,
+    progress: bool = True,
+    **overrides: Any,
+) -> dict[str, Any]:
+    """Train each variant of the joint method (overrides of the defaults) from the same pretrained
+    autoencoder per seed; write ``ablation.json`` and the markdown table ``ablation.md``."""
+    from tqdm.auto import tqdm
+
+    cfg = default_config(quick, **overrides)
+    variants = ABLATIONS if variants is None else variants
+    seed_list = _seeds(seeds)
+    ds = load_dataset(dataset)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows: dict[str, list[dict[str, float]]] = {"two_step": []}
+    rows.update({name: [] for name in variants})
+    seconds: dict[str, float] = {name: 0.0 for name in variants}
+    for seed in tqdm(seed_list, desc=f"ablation {dataset}", disable=not progress):
+        base = _clusterer(cfg, ds.X.shape[1], ds.n_clusters, seed, False)
+        base.pretrain(ds.X)
+        two_step_done = False
+        for name, change in tqdm(variants.items(), desc=f"seed {seed}", disable=not progress,
+                                 leave=False):
+            dc = copy.deepcopy(base)
+            for key, value in change.items():
+                setattr(dc, key, value)
+            dc._check_params()
+            t0 = time.perf_counter()
+            dc.fit(ds.X)
+            seconds[name] += time.perf_counter() - t0
+            if not two_step_done and dc.assignment == cfg["assignment"]:
+                rows["two_step"].append({"seed": seed, **evaluate(ds.y, dc.init_labels_)})
+                two_step_done = True
+            rows[name].append({"seed": seed, **evaluate(ds.y, dc.labels_)})
+    table = {name: {"overrides": variants.get(name, {}), "per_seed": r, **summarize(r),
+                    "joint_seconds": seconds.get(name)} for name, r in rows.items() if r}
+    result = {"dataset": dataset, "seeds": seed_list,
+              "config": {key: list(v) if isinstance(v, tuple) else v for key, v in cfg.items()},
+              "variants": table, "environment": _environment()}
+    (out / "ablation.json").write_text(json.dumps(result, indent=2))
+    (out / "ablation.md").write_text(ablation_markdown(result))
+    return result
+
+
+def ablation_markdown(result: dict[str, Any]) -> str:
+    """The ablation table (mean ± std over seeds) as markdown."""
+    lines = [
+        f"Ablation on `{result['dataset']}`, seeds {result['seeds']} (mean ± std over seeds).",
+        "",
+        "| variant | ACC | NMI | ARI |",
+        "|---|---|---|---|",
+    ]
+    for name, row in result["variants"].items():
+        cells = [f"{row['mean'][m]:.3f} ± {row['std'][m]:.3f}" for m in ("acc", "nmi", "ari")]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

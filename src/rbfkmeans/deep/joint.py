@@ -1,0 +1,560 @@
+r"""Clustering and representation learned together: an encoder trained through a k-means layer.
+
+An encoder ``f`` (any ``nn.Module``) maps inputs ``x_i`` to embeddings ``z_i = f(x_i)`` (projected
+onto the unit sphere when ``normalize=True``), a :class:`~rbfkmeans.KMeansLayer` with centroids
+``C`` (k, p) in that space assigns them, ``R = m(-D / 2T)``, and an optional decoder ``g``
+reconstructs the input. On a minibatch ``B`` the joint loss is
+
+.. math::
+
+    L = \alpha\, \frac{F_T(Z_B, C)}{|B|}
+        \;+\; \lambda\, \frac{1}{|B|\,d} \sum_{i \in B} \lVert g(z_i) - x_i \rVert^2
+        \;+\; \beta\, \frac{1}{|B|} \sum_{i \in B} \frac{\ell_T(P_i; z_i, C)}{2T},
+
+* ``F_T`` -- the layer's relaxed k-means objective at temperature ``T`` (Shannon for softmax,
+  Tsallis for entmax-1.5, Gini for sparsemax, ``J`` for hard; :mod:`rbfkmeans.objectives`);
+* the reconstruction error, weight ``lambda`` (``recon_weight``);
+* a self-training term (weight ``beta``): the Fenchel-Young loss of the layer's mapping between
+  the memberships ``R_i`` and fixed targets ``P_i``,
+
+  .. math::
+
+      \ell_T(P_i; z_i, C) = \Big(\sum_j P_{ij} d_{ij} - 2T\,H(P_i)\Big) - F_{T,i}
+      \;\ge\; 0, \qquad \nabla_{z_{\cdot}/(-2T)}\; \frac{\ell_T}{2T} = R_i - P_i,
+
+  i.e. the free energy of the k-means layer evaluated at the target memberships minus its optimum
+  (``H`` the mapping's entropy). For softmax, ``l_T / 2T = KL(P_i || R_i)``: DEC/IDEC's
+  self-training loss with the k-means layer's Gaussian memberships as ``q``. The targets sharpen
+  neighbour-averaged memberships and are refreshed every ``target_update`` epochs:
+
+  .. math::
+
+      \bar R_i = \frac{1}{m+1}\Big(R_i + \sum_{l \in \mathcal N_m(i)} R_l\Big),\qquad
+      P_{ij} \propto \frac{\bar R_{ij}^2}{\sum_l \bar R_{lj}},
+
+  with ``N_m(i)`` the ``m = n_neighbors`` nearest neighbours of ``x_i`` in input space
+  (``m = 0``: DEC's targets).
+
+Training: (1) pretrain encoder and decoder on the reconstruction loss; (2) initialise ``C`` with
+:class:`~rbfkmeans.RBFKMeans` on the pretrained embedding; (3) minimise ``L`` over encoder,
+decoder and centroids with Adam while the temperature cools geometrically from ``T_start`` to
+``T_end`` across the epochs (:func:`rbfkmeans.schedules.geometric_schedule`; both are given in
+units of the first critical temperature ``T_c`` of the initial embedding under the mapping); after
+every epoch a collapse guard re-seeds any cluster that has become (nearly) empty or whose centroid
+has merged with another by splitting the largest cluster along its principal axis.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .._validation import check_assignment, check_positive_int
+from ..layer import KMeansLayer
+from ..objectives import objective_from_distances
+from ..schedules import critical_temperature, geometric_schedule
+
+__all__ = [
+    "DeepClusterer",
+    "epoch_temperatures",
+    "fenchel_young_loss",
+    "init_centroids",
+    "mapping_entropy",
+    "self_training_targets",
+]
+
+
+# -- pure functions -------------------------------------------------------------------------------
+
+
+def mapping_entropy(P: Tensor, assignment: str) -> Tensor:
+    r"""Row entropies ``H(P_i)`` (n,) of the mapping's regulariser: Shannon ``-sum p log p``
+    (softmax), Tsallis ``(4/3)(1 - sum p^{3/2})`` (entmax15), Gini ``(1/2)(1 - sum p^2)``
+    (sparsemax), ``0`` (hard)."""
+    assignment = check_assignment(assignment)
+    if assignment == "softmax":
+        return -torch.special.xlogy(P, P).sum(dim=-1)
+    if assignment == "entmax15":
+        return (4.0 / 3.0) * (1.0 - P.clamp_min(0).pow(1.5).sum(dim=-1))
+    if assignment == "sparsemax":
+        return 0.5 * (1.0 - P.square().sum(dim=-1))
+    return P.new_zeros(P.shape[:-1])
+
+
+def fenchel_young_loss(D: Tensor, P: Tensor, T: float, assignment: str) -> Tensor:
+    r"""Mean over rows of ``l_T(P_i) / 2T`` (module docstring) from distances ``D`` (n, k) and
+    targets ``P`` (n, k) on the simplex; in distance units (no ``1/2T``) when ``T = 0`` or hard.
+
+    ``l_T = (sum_j P_ij d_ij - 2T H(P_i)) - F_T,i >= 0``; for softmax ``l_T / 2T = KL(P || R)``.
+    """
+    n = D.shape[0]
+    F_sum = objective_from_distances(D, T, assignment)
+    at_target = (P * D).sum() - 2.0 * T * mapping_entropy(P, assignment).sum()
+    gap = (at_target - F_sum) / n
+    if T == 0.0 or assignment == "hard":
+        return gap
+    return gap / (2.0 * T)
+
+
+@torch.no_grad()
+def self_training_targets(R: Tensor, neighbors: Tensor | None = None) -> Tensor:
+    r"""Targets ``P`` (n, k) from memberships ``R`` (n, k): average each row with its
+    neighbours' (``neighbors`` (n, m) indices, optional), then ``P_ij ∝ Rbar_ij^2 / sum_l Rbar_lj``.
+    """
+    Rbar = R if neighbors is None else (R + R[neighbors].sum(dim=1)) / (neighbors.shape[1] + 1)
+    f = Rbar.sum(dim=0).clamp_min(1e-12)  # (k,) soft cluster sizes
+    P = Rbar.square() / f  # (n, k)
+    return P / P.sum(dim=1, keepdim=True).clamp_min(1e-12)
+
+
+def epoch_temperatures(T_start: float, T_end: float, epochs: int) -> np.ndarray:
+    """``epochs`` temperatures cooling geometrically from ``T_start`` to ``T_end`` (constant when
+    they are equal), drawn from :func:`rbfkmeans.schedules.geometric_schedule`."""
+    epochs = check_positive_int(epochs, "epochs")
+    if T_start < T_end:
+        raise ValueError(f"need T_start >= T_end; got T_start={T_start!r}, T_end={T_end!r}")
+    if epochs == 1 or T_start == T_end or T_end <= 0:
+        return np.full(epochs, float(T_start if T_end > 0 else T_end))
+    ratio = (T_end / T_start) ** (1.0 / (epochs - 1))
+    ladder = geometric_schedule(T_start, T_end, ratio)
+    idx = np.round(np.linspace(0, len(ladder) - 1, epochs)).astype(int)
+    return ladder[idx]
+
+
+def init_centroids(
+    Z: np.ndarray, n_clusters: int, assignment: str = "softmax", random_state: int | None = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Centroids (k, p) and labels (n,) of :class:`~rbfkmeans.RBFKMeans` (annealed, then a hard
+    Lloyd polish) fitted to embeddings ``Z`` (n, p) with the same mapping."""
+    from ..estimator import RBFKMeans
+
+    est = RBFKMeans(n_clusters, assignment=assignment, random_state=random_state).fit(Z)
+    return np.asarray(est.cluster_centers_), np.asarray(est.labels_)
+
+
+# -- the trainer ----------------------------------------------------------------------------------
+
+_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "kmeans_weight": ("a finite number >= 0", lambda v: _real(v) and 0 <= v < math.inf),
+    "recon_weight": ("a finite number >= 0", lambda v: _real(v) and 0 <= v < math.inf),
+    "self_training_weight": ("a finite number >= 0", lambda v: _real(v) and 0 <= v < math.inf),
+    "T_start": ("a finite number > 0", lambda v: _real(v) and 0 < v < math.inf),
+    "T_end": ("a finite number > 0", lambda v: _real(v) and 0 < v < math.inf),
+    "lr": ("a finite number > 0", lambda v: _real(v) and 0 < v < math.inf),
+    "pretrain_lr": ("a finite number > 0", lambda v: _real(v) and 0 < v < math.inf),
+    "min_cluster_fraction": ("a number in [0, 1)", lambda v: _real(v) and 0 <= v < 1),
+    "merge_tol": ("a finite number >= 0", lambda v: _real(v) and 0 <= v < math.inf),
+    "n_clusters": ("an integer >= 2", lambda v: _int(v) and v >= 2),
+    "n_neighbors": ("an integer >= 0", lambda v: _int(v) and v >= 0),
+    "pretrain_epochs": ("an integer >= 0", lambda v: _int(v) and v >= 0),
+    "epochs": ("an integer >= 0", lambda v: _int(v) and v >= 0),
+    "batch_size": ("an integer >= 1", lambda v: _int(v) and v >= 1),
+    "target_update": ("an integer >= 1", lambda v: _int(v) and v >= 1),
+    "normalize": ("True or False", lambda v: isinstance(v, bool)),
+}
+
+
+def _real(v: Any) -> bool:
+    return isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool)
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int | np.integer) and not isinstance(v, bool)
+
+
+class DeepClusterer:
+    r"""Joint training of an encoder, an optional decoder and a k-means layer (module docstring).
+
+    Parameters
+    ----------
+    encoder : nn.Module
+        Maps (n, d) to embeddings (n, p). Trained in place.
+    decoder : nn.Module or None
+        Maps embeddings (n, p) back to (n, d). Without one there is no pretraining and no
+        reconstruction term (``recon_weight`` is ignored): the encoder should come pretrained.
+    n_clusters : int, default 10
+    assignment : {"softmax", "entmax15", "sparsemax", "hard"}, default "softmax"
+        The layer's simplex mapping (and the one RBFKMeans initialises with).
+    kmeans_weight, recon_weight, self_training_weight : float
+        ``alpha``, ``lambda``, ``beta`` of the joint loss.
+    n_neighbors : int, default 5
+        Neighbours averaged into the self-training targets (0: DEC's targets).
+    normalize : bool, default True
+        Project embeddings onto the unit sphere (so distances, hence ``T``, have a fixed scale).
+    T_start, T_end : float
+        Temperatures of the first and last joint epoch, in units of the critical temperature
+        ``T_c`` of the initial embedding (:func:`rbfkmeans.schedules.critical_temperature`).
+        ``T_start == T_end`` disables annealing.
+    pretrain_epochs, epochs, batch_size, lr, pretrain_lr : training lengths and Adam steps.
+    target_update : int, default 1
+        Epochs between refreshes of the self-training targets.
+    min_cluster_fraction : float, default 0.1
+        Collapse guard: a cluster with fewer than ``min_cluster_fraction * n / k`` points is
+        re-seeded (``0`` re-seeds only empty clusters).
+    merge_tol : float, default 0.05
+        Collapse guard: two centroids closer (squared) than ``merge_tol`` times the mean squared
+        distance of the points to their centroid count as merged; the smaller is re-seeded.
+    random_state : int, default 0
+        Seeds batch order and the k-means initialisation (the modules' initial weights are the
+        caller's: see :meth:`mlp`).
+    verbose : bool
+        A progress bar per epoch.
+
+    Attributes (after ``fit``)
+    --------------------------
+    layer_ : KMeansLayer
+    labels_ : ndarray (n,)           nearest centroid of each training point after joint training
+    init_labels_ : ndarray (n,)      RBFKMeans labels on the pretrained embedding ("two-step")
+    init_embedding_ : ndarray (n, p) the pretrained embedding
+    critical_temperature_ : float    ``T_c`` of the initial embedding
+    temperatures_ : ndarray          absolute temperature of each joint epoch
+    history_ : list of dict          per epoch: T, loss terms, re-seeded clusters, label changes
+    pretrain_history_ : list of float
+    """
+
+    def __init__(
+        self,
+        encoder: nn.Module,
+        decoder: nn.Module | None = None,
+        n_clusters: int = 10,
+        *,
+        assignment: str = "softmax",
+        kmeans_weight: float = 0.01,
+        recon_weight: float = 1.0,
+        self_training_weight: float = 1.0,
+        n_neighbors: int = 5,
+        normalize: bool = True,
+        T_start: float = 0.3,
+        T_end: float = 0.3,
+        pretrain_epochs: int = 200,
+        epochs: int = 50,
+        batch_size: int = 256,
+        lr: float = 1e-3,
+        pretrain_lr: float = 1e-3,
+        target_update: int = 1,
+        min_cluster_fraction: float = 0.1,
+        merge_tol: float = 0.05,
+        random_state: int = 0,
+        verbose: bool = False,
+    ) -> None:
+        if not isinstance(encoder, nn.Module):
+            raise TypeError(f"encoder must be a torch.nn.Module; got {type(encoder).__name__}")
+        if decoder is not None and not isinstance(decoder, nn.Module):
+            raise TypeError(
+                f"decoder must be a torch.nn.Module or None; got {type(decoder).__name__}"
+            )
+        self.encoder = encoder
+        self.decoder = decoder
+        self.n_clusters = n_clusters
+        self.assignment = check_assignment(assignment)
+        self.kmeans_weight = kmeans_weight
+        self.recon_weight = recon_weight
+        self.self_training_weight = self_training_weight
+        self.n_neighbors = n_neighbors
+        self.normalize = normalize
+        self.T_start = T_start
+        self.T_end = T_end
+        self.pretrain_epochs = pretrain_epochs
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.pretrain_lr = pretrain_lr
+        self.target_update = target_update
+        self.min_cluster_fraction = min_cluster_fraction
+        self.merge_tol = merge_tol
+        self.random_state = random_state
+        self.verbose = verbose
+        self._check_params()
+        self.pretrained_ = False
+
+    @classmethod
+    def mlp(
+        cls,
+        n_features: int,
+        n_clusters: int,
+        *,
+        hidden: tuple[int, ...] = (256, 256),
+        n_latent: int = 10,
+        random_state: int = 0,
+        **kwargs: Any,
+    ) -> DeepClusterer:
+        """A clusterer with a fresh MLP autoencoder (:func:`rbfkmeans.deep.models.mlp_autoencoder`)
+        whose weights are seeded by ``random_state``."""
+        from .models import mlp_autoencoder
+
+        encoder, decoder = mlp_autoencoder(n_features, hidden, n_latent, seed=random_state)
+        return cls(encoder, decoder, n_clusters, random_state=random_state, **kwargs)
+
+    def _check_params(self) -> None:
+        for name, (rule, ok) in _RULES.items():
+            value = getattr(self, name)
+            if not ok(value):
+                raise ValueError(f"{name} must be {rule}; got {value!r}")
+        if self.T_start < self.T_end:
+            raise ValueError(
+                f"T_start must be >= T_end; got T_start={self.T_start!r}, T_end={self.T_end!r}"
+            )
+
+    # -- helpers ------------------------------------------------------------------------------
+    @property
+    def _device(self) -> torch.device:
+        p = next(self.encoder.parameters(), None)
+        return p.device if p is not None else torch.device("cpu")
+
+    def _as_tensor(self, X: Any) -> Tensor:
+        if isinstance(X, Tensor):
+            Xt = X.detach()
+        else:
+            try:
+                Xt = torch.as_tensor(np.asarray(X))
+            except (TypeError, ValueError) as exc:
+                raise TypeError(
+                    f"X must be an array or tensor of numbers; got {type(X).__name__}"
+                ) from exc
+        if Xt.dim() != 2:
+            raise ValueError(f"X must be a 2-D array (n, d); got shape {tuple(Xt.shape)}")
+        if not (Xt.is_floating_point() or Xt.dtype in (torch.int32, torch.int64, torch.uint8)):
+            raise TypeError(f"X must hold real numbers; got dtype {Xt.dtype}")
+        Xt = Xt.to(device=self._device, dtype=torch.float32)
+        if not torch.isfinite(Xt).all():
+            raise ValueError("X must be finite; got NaN or inf entries")
+        return Xt
+
+    def _embed(self, X: Tensor) -> Tensor:
+        Z = self.encoder(X)  # (n, p)
+        return F.normalize(Z, dim=1) if self.normalize else Z
+
+    def _params(self) -> list[Tensor]:
+        params: list[Tensor] = list(self.encoder.parameters())
+        if self.decoder is not None:
+            params += list(self.decoder.parameters())
+        return params
+
+    def _batches(self, n: int, gen: torch.Generator) -> list[Tensor]:
+        perm = torch.randperm(n, generator=gen).to(self._device)
+        return list(perm.split(self.batch_size))
+
+    def _progress(self, total: int, desc: str) -> Any:
+        from tqdm.auto import tqdm
+
+        return tqdm(range(total), desc=desc, disable=not self.verbose, leave=False)
+
+    # -- the loss -----------------------------------------------------------------------------
+    def loss(self, X: Tensor, P: Tensor | None = None) -> dict[str, Tensor]:
+        """The joint loss ``L`` (module docstring) on a batch ``X`` (b, d) with targets ``P``
+        (b, k) (the self-training term is skipped without them). Returns the total and its terms;
+        differentiable in the encoder, the decoder and the centroids."""
+        if not hasattr(self, "layer_"):
+            raise RuntimeError("the k-means layer does not exist yet: call init_layer or fit first")
+        Z = self._embed(X)  # (b, p)
+        zero = Z.new_zeros(())
+        terms = {"kmeans": zero, "recon": zero, "self_training": zero}
+        T = self.layer_.temperature
+        if self.kmeans_weight > 0:
+            terms["kmeans"] = self.layer_.objective(Z) / X.shape[0]
+        if self.decoder is not None and self.recon_weight > 0:
+            terms["recon"] = F.mse_loss(self.decoder(Z), X)
+        if P is not None and self.self_training_weight > 0:
+            D = self.layer_.distances(Z)  # (b, k)
+            terms["self_training"] = fenchel_young_loss(D, P, T, self.assignment)
+        total = (
+            self.kmeans_weight * terms["kmeans"]
+            + self.recon_weight * terms["recon"]
+            + self.self_training_weight * terms["self_training"]
+        )
+        return {"total": total, **terms}
+
+    # -- stages -------------------------------------------------------------------------------
+    def pretrain(self, X: Any) -> DeepClusterer:
+        """Train encoder and decoder on the reconstruction loss alone (``pretrain_epochs``)."""
+        Xt = self._as_tensor(X)
+        self.pretrain_history_: list[float] = []
+        if self.decoder is None or self.pretrain_epochs == 0:
+            self.pretrained_ = True
+            return self
+        gen = torch.Generator().manual_seed(self.random_state)
+        opt = torch.optim.Adam(self._params(), lr=self.pretrain_lr)
+        self.encoder.train()
+        self.decoder.train()
+        bar = self._progress(self.pretrain_epochs, "pretrain")
+        for _ in bar:
+            total = 0.0
+            for idx in self._batches(Xt.shape[0], gen):
+                xb = Xt[idx]
+                loss = F.mse_loss(self.decoder(self._embed(xb)), xb)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                total += float(loss.detach()) * idx.numel()
+            self.pretrain_history_.append(total / Xt.shape[0])
+            bar.set_postfix(mse=f"{self.pretrain_history_[-1]:.4f}")
+        self.pretrained_ = True
+        return self
+
+    def init_layer(self, X: Any) -> DeepClusterer:
+        """Initialise the k-means layer: RBFKMeans on the current embedding of ``X``; sets
+        ``layer_``, ``init_labels_``, ``init_embedding_``, ``critical_temperature_``."""
+        Xt = self._as_tensor(X)
+        k = self.n_clusters
+        if Xt.shape[0] < k:
+            raise ValueError(f"X must have at least n_clusters={k} rows; got {Xt.shape[0]}")
+        Z = self.transform(Xt)  # (n, p)
+        C, labels = init_centroids(Z, k, self.assignment, self.random_state)
+        Zt = torch.as_tensor(Z)
+        self.critical_temperature_ = critical_temperature(Zt, self.assignment, k)
+        self.layer_ = KMeansLayer(
+            torch.as_tensor(C, dtype=torch.float32), temperature=0.0, assignment=self.assignment
+        ).to(self._device)
+        self.init_labels_ = labels.astype(np.int64)
+        self.init_embedding_ = Z
+        return self
+
+    def fit(self, X: Any, y: Any = None) -> DeepClusterer:
+        """Pretrain (unless done already), initialise the layer, then train jointly (module
+        docstring). ``y`` is ignored."""
+        Xt = self._as_tensor(X)
+        n, k = Xt.shape[0], self.n_clusters
+        if n < k:
+            raise ValueError(f"X must have at least n_clusters={k} rows; got {n}")
+        if not self.pretrained_:
+            self.pretrain(Xt)
+        self.init_layer(Xt)
+        layer = self.layer_
+        Tc = self.critical_temperature_
+        if self.epochs == 0:
+            temps = np.zeros(0)
+        elif self.assignment == "hard" or Tc <= 0:
+            temps = np.zeros(self.epochs)
+        else:
+            temps = epoch_temperatures(self.T_start * Tc, self.T_end * Tc, self.epochs)
+        self.temperatures_ = temps
+        neighbors = self._neighbors(Xt) if self.n_neighbors > 0 else None
+        gen = torch.Generator().manual_seed(self.random_state + 1)
+        opt = torch.optim.Adam([*self._params(), layer.centroids], lr=self.lr)
+        self.history_: list[dict[str, Any]] = []
+        labels = torch.as_tensor(self.init_labels_, device=self._device)
+        P_all: Tensor | None = None
+        bar = self._progress(self.epochs, "joint")
+        for epoch in bar:
+            layer.temperature = float(temps[epoch])
+            if self.self_training_weight > 0 and epoch % self.target_update == 0:
+                with torch.no_grad():
+                    P_all = self_training_targets(layer(self._embed_all(Xt)), neighbors)
+            self.encoder.train()
+            if self.decoder is not None:
+                self.decoder.train()
+            sums = {"total": 0.0, "kmeans": 0.0, "recon": 0.0, "self_training": 0.0}
+            for idx in self._batches(n, gen):
+                terms = self.loss(Xt[idx], None if P_all is None else P_all[idx])
+                opt.zero_grad()
+                terms["total"].backward()
+                opt.step()
+                for key in sums:
+                    sums[key] += float(terms[key].detach()) * idx.numel()
+            Z = self._embed_all(Xt)
+            reseeded = self._collapse_guard(Z, opt)
+            new_labels = layer.predict(Z)
+            changed = float((new_labels != labels).float().mean())
+            labels = new_labels
+            record = {"epoch": epoch, "T": layer.temperature, "reseeded": reseeded,
+                      "label_change": changed}
+            record.update({key: v / n for key, v in sums.items()})
+            self.history_.append(record)
+            bar.set_postfix(T=f"{layer.temperature:.3g}", loss=f"{record['total']:.4f}",
+                            changed=f"{changed:.3f}")
+        self.labels_ = self.predict(Xt)
+        return self
+
+    # -- collapse guard -----------------------------------------------------------------------
+    @torch.no_grad()
+    def _collapse_guard(self, Z: Tensor, opt: torch.optim.Optimizer | None = None) -> list[int]:
+        """Re-seed clusters that are (nearly) empty or merged with another; returns their indices.
+
+        A re-seeded centroid and the centroid of the currently largest cluster are placed at
+        ``m -/+ s v`` with ``m`` the largest cluster's mean, ``v`` its principal axis and ``s^2``
+        the variance along it: the largest cluster is split in two. Adam's moments of both rows are
+        reset.
+        """
+        layer = self.layer_
+        C = layer.centroids
+        n, k = Z.shape[0], C.shape[0]
+        D = layer.distances(Z)  # (n, k)
+        labels = D.argmin(dim=1)
+        counts = torch.bincount(labels, minlength=k)
+        min_size = max(1, math.ceil(self.min_cluster_fraction * n / k))
+        flagged = [j for j in range(k) if int(counts[j]) < min_size]
+        if self.merge_tol > 0:
+            spread = D.gather(1, labels[:, None]).mean()
+            Dc = torch.cdist(C, C).square()  # (k, k)
+            for a in range(k):
+                for b in range(a + 1, k):
+                    if float(Dc[a, b]) < self.merge_tol * float(spread) and not (
+                        a in flagged or b in flagged
+                    ):
+                        flagged.append(b if counts[b] <= counts[a] else a)
+        for j in flagged:
+            labels = layer.distances(Z).argmin(dim=1)
+            counts = torch.bincount(labels, minlength=k)
+            counts[j] = -1
+            donor = int(counts.argmax())
+            members = Z[labels == donor]  # (m, p)
+            mean = members.mean(dim=0)
+            if members.shape[0] > 1:
+                centred = members - mean
+                _, S, Vh = torch.linalg.svd(centred, full_matrices=False)
+                step = Vh[0] * (S[0] / math.sqrt(members.shape[0]))
+            else:
+                step = torch.full_like(mean, 1e-3)
+            C[j] = mean + step
+            C[donor] = mean - step
+            if opt is not None:
+                state = opt.state.get(C, {})
+                for key in ("exp_avg", "exp_avg_sq"):
+                    if key in state:
+                        state[key][[j, donor]] = 0.0
+        return flagged
+
+    # -- inference ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def _embed_all(self, Xt: Tensor) -> Tensor:
+        self.encoder.eval()
+        out = [self._embed(Xt[s : s + 4096]) for s in range(0, Xt.shape[0], 4096)]
+        return torch.cat(out)
+
+    def _neighbors(self, Xt: Tensor) -> Tensor:
+        from sklearn.neighbors import NearestNeighbors
+
+        m = min(self.n_neighbors, Xt.shape[0] - 1)
+        Xn = Xt.cpu().numpy()
+        idx = NearestNeighbors(n_neighbors=m + 1).fit(Xn).kneighbors(Xn, return_distance=False)
+        return torch.as_tensor(idx[:, 1:], device=self._device)  # (n, m), self excluded
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Embeddings (n, p) of ``X`` (normalised when ``normalize``)."""
+        return self._embed_all(self._as_tensor(X)).cpu().numpy()
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "layer_"):
+            raise RuntimeError("this DeepClusterer is not fitted yet: call fit first")
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Nearest centroid (n,) of each embedded row of ``X``."""
+        self._check_fitted()
+        Z = self._embed_all(self._as_tensor(X))
+        return self.layer_.predict(Z).cpu().numpy()
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Memberships ``R`` (n, k) at the last temperature of the fit."""
+        self._check_fitted()
+        with torch.no_grad():
+            R = self.layer_(self._embed_all(self._as_tensor(X)))
+        return R.cpu().numpy()
+
+    def fit_predict(self, X: Any, y: Any = None) -> np.ndarray:
+        return self.fit(X).labels_

@@ -1,0 +1,86 @@
+r"""External clustering metrics: accuracy under the best one-to-one matching, NMI and ARI.
+
+Clustering accuracy matches predicted clusters to classes by the permutation that maximises the
+number of agreements (the Hungarian algorithm on the contingency table ``M``, ``M_ab`` = number of
+points with prediction ``a`` and label ``b``):
+
+.. math::
+
+    \mathrm{ACC}(y, \hat y) = \max_{\pi} \frac{1}{n} \sum_i [\, y_i = \pi(\hat y_i) \,]
+    = \frac{1}{n} \max_{\pi} \sum_a M_{a\,\pi(a)} .
+
+With more clusters than classes (or the reverse) ``M`` is padded with zeros to a square, so extra
+clusters match nothing. NMI (arithmetic normalisation) and ARI are scikit-learn's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+__all__ = ["ari", "cluster_acc", "contingency", "evaluate", "nmi"]
+
+
+def _labels(a: Any, name: str) -> np.ndarray:
+    arr = np.asarray(a)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array of labels; got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name} must not be empty")
+    if not np.issubdtype(arr.dtype, np.integer):
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+            raise ValueError(f"{name} must hold integer labels; got dtype {arr.dtype}")
+        arr = arr.astype(np.int64)
+    if arr.min() < 0:
+        raise ValueError(f"{name} must hold labels >= 0; got min {arr.min()}")
+    return arr.astype(np.int64, copy=False)
+
+
+def _pair(y_true: Any, y_pred: Any) -> tuple[np.ndarray, np.ndarray]:
+    yt, yp = _labels(y_true, "y_true"), _labels(y_pred, "y_pred")
+    if yt.shape != yp.shape:
+        raise ValueError(
+            f"y_true and y_pred must have the same length; got {yt.shape[0]} and {yp.shape[0]}"
+        )
+    return yt, yp
+
+
+def contingency(y_true: Any, y_pred: Any) -> np.ndarray:
+    """Square contingency table ``M`` (m, m): ``M[a, b]`` = number of points predicted ``a``
+    with label ``b``."""
+    yt, yp = _pair(y_true, y_pred)
+    m = int(max(yt.max(), yp.max())) + 1
+    M = np.zeros((m, m), dtype=np.int64)  # (m, m)
+    np.add.at(M, (yp, yt), 1)
+    return M
+
+
+def cluster_acc(y_true: Any, y_pred: Any) -> float:
+    """Accuracy under the best one-to-one cluster-to-class matching (module docstring)."""
+    M = contingency(y_true, y_pred)
+    rows, cols = linear_sum_assignment(M, maximize=True)
+    return float(M[rows, cols].sum() / M.sum())
+
+
+def nmi(y_true: Any, y_pred: Any) -> float:
+    """Normalised mutual information (arithmetic mean normalisation)."""
+    yt, yp = _pair(y_true, y_pred)
+    return float(normalized_mutual_info_score(yt, yp))
+
+
+def ari(y_true: Any, y_pred: Any) -> float:
+    """Adjusted Rand index."""
+    yt, yp = _pair(y_true, y_pred)
+    return float(adjusted_rand_score(yt, yp))
+
+
+def evaluate(y_true: Any, y_pred: Any) -> dict[str, float]:
+    """``{"acc": ..., "nmi": ..., "ari": ...}`` for one clustering."""
+    return {
+        "acc": cluster_acc(y_true, y_pred),
+        "nmi": nmi(y_true, y_pred),
+        "ari": ari(y_true, y_pred),
+    }

@@ -1,0 +1,362 @@
+"""End-to-end clustering (rbfkmeans.deep): gradients through the layer, the self-training loss,
+the collapse guard, the metrics, determinism and the deep-cluster command (tiny settings)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from rbfkmeans import KMeansLayer, RBFKMeans
+from rbfkmeans.cli import main
+from rbfkmeans.deep import (
+    DeepClusterer,
+    cluster_acc,
+    epoch_temperatures,
+    evaluate,
+    fenchel_young_loss,
+    init_centroids,
+    load_dataset,
+    mapping_entropy,
+    mlp_autoencoder,
+    self_training_targets,
+)
+from rbfkmeans.mappings import get_mapping
+
+MAPPINGS = ("softmax", "entmax15", "sparsemax")
+
+
+def blobs(n_per: int = 20, k: int = 3, d: int = 6, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(scale=4.0, size=(k, d))
+    X = np.concatenate([c + rng.normal(size=(n_per, d)) for c in centres]).astype(np.float32)
+    y = np.repeat(np.arange(k), n_per)
+    return X, y
+
+
+def tiny(X: np.ndarray, k: int, **kw: object) -> DeepClusterer:
+    params = {"hidden": (8,), "n_latent": 3, "pretrain_epochs": 3, "epochs": 3,
+              "batch_size": 16, "random_state": 0}
+    params.update(kw)
+    return DeepClusterer.mlp(X.shape[1], k, **params)  # type: ignore[arg-type]
+
+
+# -- gradients reach the encoder through the layer -------------------------------------------------
+
+
+@pytest.mark.parametrize("assignment", MAPPINGS)
+def test_kmeans_term_gradient_reaches_encoder_as_soft_lloyd_pull(assignment: str) -> None:
+    """With only the soft k-means term, the encoder's gradient is the chain rule of the envelope
+    gradient dF_T/dz_i = 2 sum_j r_ij (z_i - c_j), which only exists through the layer."""
+    X, _ = blobs()
+    dc = tiny(X, 3, assignment=assignment, kmeans_weight=1.0, recon_weight=0.0,
+              self_training_weight=0.0)
+    dc.init_layer(X)
+    dc.layer_.temperature = 0.5 * dc.critical_temperature_
+    Xt = torch.as_tensor(X)
+    dc.loss(Xt)["total"].backward()
+    grads = [p.grad for p in dc.encoder.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert sum(float(g.abs().sum()) for g in grads if g is not None) > 0
+    # independent reference: analytic dL/dZ pulled back through the encoder by autograd
+    for p in dc.encoder.parameters():
+        p.grad = None
+    Z = dc._embed(Xt)
+    with torch.no_grad():
+        R = dc.layer_(Z)  # (n, k)
+        C = dc.layer_.centroids
+        dZ = 2.0 * (Z - R @ C) / X.shape[0]  # sum_j r_ij = 1
+    ref = torch.autograd.grad(Z, list(dc.encoder.parameters()), grad_outputs=dZ)
+    for g, r in zip(grads, ref, strict=True):
+        assert g is not None
+        torch.testing.assert_close(g, r, rtol=2e-3, atol=1e-6)
+
+
+def test_decoder_gets_no_gradient_from_kmeans_term_and_centroids_do() -> None:
+    X, _ = blobs()
+    dc = tiny(X, 3, recon_weight=0.0, self_training_weight=0.0, kmeans_weight=1.0)
+    dc.init_layer(X)
+    dc.layer_.temperature = 0.3 * dc.critical_temperature_
+    dc.loss(torch.as_tensor(X))["total"].backward()
+    assert dc.decoder is not None
+    assert all(p.grad is None for p in dc.decoder.parameters())
+    assert dc.layer_.centroids.grad is not None
+    assert float(dc.layer_.centroids.grad.abs().sum()) > 0
+
+
+@pytest.mark.parametrize("assignment", MAPPINGS)
+def test_self_training_gradient_reaches_encoder(assignment: str) -> None:
+    X, _ = blobs()
+    dc = tiny(X, 3, assignment=assignment, kmeans_weight=0.0, recon_weight=0.0)
+    dc.init_layer(X)
+    dc.layer_.temperature = 0.5 * dc.critical_temperature_
+    Xt = torch.as_tensor(X)
+    with torch.no_grad():
+        P = self_training_targets(dc.layer_(dc._embed(Xt)))
+    dc.loss(Xt, P)["total"].backward()
+    total = sum(float(p.grad.abs().sum()) for p in dc.encoder.parameters() if p.grad is not None)
+    assert total > 0
+
+
+# -- the self-training (Fenchel-Young) loss --------------------------------------------------------
+
+
+def test_fenchel_young_is_kl_for_softmax() -> None:
+    g = torch.Generator().manual_seed(0)
+    D = torch.rand(7, 4, generator=g, dtype=torch.float64) * 3
+    P = torch.softmax(torch.randn(7, 4, generator=g, dtype=torch.float64), dim=1)
+    T = 0.4
+    R = torch.softmax(-D / (2 * T), dim=1)
+    kl = (P * (P.log() - R.log())).sum(dim=1).mean()
+    torch.testing.assert_close(fenchel_young_loss(D, P, T, "softmax"), kl)
+
+
+@pytest.mark.parametrize("assignment", MAPPINGS)
+def test_fenchel_young_nonnegative_zero_at_R_gradient_R_minus_P(assignment: str) -> None:
+    g = torch.Generator().manual_seed(1)
+    T = 0.3
+    D = (torch.rand(6, 5, generator=g, dtype=torch.float64) * 2).requires_grad_(True)
+    R = get_mapping(assignment)(-D.detach() / (2 * T), dim=1)
+    P = torch.softmax(3 * torch.randn(6, 5, generator=g, dtype=torch.float64), dim=1)
+    loss = fenchel_young_loss(D, P, T, assignment)
+    assert float(loss.detach()) >= -1e-12
+    assert abs(float(fenchel_young_loss(D.detach(), R, T, assignment))) < 1e-10
+    (gD,) = torch.autograd.grad(loss, D)
+    # d/dz of l/2T is R - P, and z = -D/2T, loss is a mean over the 6 rows
+    torch.testing.assert_close(gD, -(R - P) / (2 * T) / 6, rtol=1e-6, atol=1e-9)
+
+
+def test_mapping_entropy_values() -> None:
+    p = torch.tensor([[0.5, 0.5, 0.0]], dtype=torch.float64)
+    torch.testing.assert_close(mapping_entropy(p, "softmax"), torch.tensor([np.log(2.0)],
+                               dtype=torch.float64))
+    torch.testing.assert_close(mapping_entropy(p, "entmax15"),
+                               torch.tensor([(4 / 3) * (1 - 2 * 0.5**1.5)], dtype=torch.float64))
+    torch.testing.assert_close(mapping_entropy(p, "sparsemax"),
+                               torch.tensor([0.25], dtype=torch.float64))
+    assert float(mapping_entropy(p, "hard")) == 0.0
+
+
+def test_self_training_targets_sharpen_and_average_neighbours() -> None:
+    R = torch.tensor([[0.6, 0.4], [0.5, 0.5], [0.2, 0.8]], dtype=torch.float64)
+    P = self_training_targets(R)
+    torch.testing.assert_close(P.sum(dim=1), torch.ones(3, dtype=torch.float64))
+    assert P[0, 0] > R[0, 0] and P[2, 1] > R[2, 1]  # sharper than R
+    f = R.sum(dim=0)
+    ref = R**2 / f
+    torch.testing.assert_close(P, ref / ref.sum(dim=1, keepdim=True))
+    nb = torch.tensor([[1], [0], [1]])
+    Pn = self_training_targets(R, nb)
+    Rbar = torch.stack([(R[0] + R[1]) / 2, (R[1] + R[0]) / 2, (R[2] + R[1]) / 2])
+    ref = Rbar**2 / Rbar.sum(dim=0)
+    torch.testing.assert_close(Pn, ref / ref.sum(dim=1, keepdim=True))
+
+
+# -- collapse guard ----------------------------------------------------------------------------
+
+
+def test_collapse_guard_reseeds_empty_cluster_and_resets_adam() -> None:
+    X, _ = blobs(n_per=30, k=3, d=2, seed=3)
+    dc = DeepClusterer(nn.Identity(), None, 3, normalize=False, min_cluster_fraction=0.1)
+    Z = torch.as_tensor(X)
+    C = torch.stack([Z[:30].mean(0), Z[30:].mean(0), torch.tensor([1e3, 1e3])])  # 3rd is empty
+    dc.layer_ = KMeansLayer(C, temperature=0.1)
+    opt = torch.optim.Adam([dc.layer_.centroids], lr=0.1)
+    dc.layer_.objective(Z).backward()
+    opt.step()
+    reseeded = dc._collapse_guard(Z, opt)
+    assert reseeded == [2]
+    counts = torch.bincount(dc.layer_.predict(Z), minlength=3)
+    assert int(counts.min()) >= 9  # >= 0.1 * n / k; the merged blobs were split
+    assert torch.isfinite(dc.layer_.centroids).all()
+    state = opt.state[dc.layer_.centroids]
+    assert float(state["exp_avg"][2].abs().sum()) == 0.0
+
+
+def test_collapse_guard_separates_merged_centroids() -> None:
+    X, _ = blobs(n_per=30, k=2, d=2, seed=4)
+    Z = torch.as_tensor(X)
+    C = torch.stack([Z.mean(0), Z.mean(0) + 1e-4])  # two centroids on top of each other
+    dc = DeepClusterer(nn.Identity(), None, 2, normalize=False, min_cluster_fraction=0.0)
+    dc.layer_ = KMeansLayer(C, temperature=0.1)
+    assert len(dc._collapse_guard(Z)) == 1
+    Cn = dc.layer_.centroids.detach()
+    assert float((Cn[0] - Cn[1]).norm()) > 0.5
+    assert dc._collapse_guard(Z) == []  # a healthy clustering is left alone
+
+
+def test_fit_keeps_every_cluster_alive_under_a_collapsing_loss() -> None:
+    """A huge soft k-means weight without reconstruction pulls embeddings together; the guard
+    keeps all k clusters populated."""
+    X, _ = blobs(n_per=20, k=4, d=5, seed=5)
+    dc = tiny(X, 4, kmeans_weight=100.0, recon_weight=0.0, self_training_weight=0.0, epochs=4,
+              lr=1e-2, min_cluster_fraction=0.2)
+    dc.fit(X)
+    counts = np.bincount(dc.labels_, minlength=4)
+    guarded = sum(len(h["reseeded"]) for h in dc.history_)
+    assert counts.min() >= 1 or guarded > 0
+    assert np.isfinite(dc.predict_proba(X)).all()
+
+
+# -- metrics -----------------------------------------------------------------------------------
+
+
+def brute_force_acc(y: np.ndarray, p: np.ndarray) -> float:
+    m = int(max(y.max(), p.max())) + 1
+    best = 0
+    for perm in itertools.permutations(range(m)):
+        best = max(best, int(sum(perm[a] == b for a, b in zip(p, y, strict=True))))
+    return best / len(y)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 4), st.lists(st.integers(0, 10**6), min_size=1,
+                                                     max_size=25))
+def test_cluster_acc_equals_brute_force_permutation(k_true: int, k_pred: int,
+                                                    raw: list[int]) -> None:
+    y = np.array([v % k_true for v in raw])
+    p = np.array([(v // 7) % k_pred for v in raw])
+    assert cluster_acc(y, p) == pytest.approx(brute_force_acc(y, p))
+
+
+def test_metrics_on_relabelled_and_random_partitions() -> None:
+    y = np.repeat(np.arange(4), 10)
+    perm = np.array([2, 0, 3, 1])
+    assert evaluate(y, perm[y]) == pytest.approx({"acc": 1.0, "nmi": 1.0, "ari": 1.0})
+    with pytest.raises(ValueError, match="same length"):
+        cluster_acc(y, y[:-1])
+    with pytest.raises(ValueError, match="y_pred must hold labels >= 0"):
+        cluster_acc(y, y - 1)
+
+
+# -- schedule, initialisation, determinism -----------------------------------------------------
+
+
+def test_epoch_temperatures_geometric() -> None:
+    T = epoch_temperatures(1.0, 0.01, 5)
+    np.testing.assert_allclose(T, [1.0, 10**-0.5, 0.1, 10**-1.5, 0.01])
+    np.testing.assert_allclose(epoch_temperatures(0.3, 0.3, 4), [0.3] * 4)
+    with pytest.raises(ValueError, match="T_start >= T_end"):
+        epoch_temperatures(0.1, 1.0, 3)
+
+
+def test_init_centroids_is_rbfkmeans() -> None:
+    X, _ = blobs(seed=6)
+    C, labels = init_centroids(X, 3, "entmax15", random_state=0)
+    est = RBFKMeans(3, assignment="entmax15", random_state=0).fit(X)
+    np.testing.assert_allclose(C, est.cluster_centers_)
+    np.testing.assert_array_equal(labels, est.labels_)
+
+
+def test_fit_is_deterministic_given_the_seed() -> None:
+    X, _ = blobs(seed=7)
+    a = tiny(X, 3, random_state=3).fit(X)
+    b = tiny(X, 3, random_state=3).fit(X)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    np.testing.assert_array_equal(a.transform(X), b.transform(X))
+    assert [h["total"] for h in a.history_] == [h["total"] for h in b.history_]
+
+
+@pytest.mark.parametrize("assignment", [*MAPPINGS, "hard"])
+def test_fit_with_every_mapping(assignment: str) -> None:
+    X, y = blobs(seed=8)
+    dc = tiny(X, 3, assignment=assignment, T_start=1.0, T_end=0.1, epochs=4).fit(X)
+    assert dc.labels_.shape == (60,)
+    assert dc.temperatures_.shape == (4,)
+    if assignment != "hard":
+        assert dc.temperatures_[0] > dc.temperatures_[-1] > 0
+    R = dc.predict_proba(X)
+    np.testing.assert_allclose(R.sum(axis=1), 1.0, atol=1e-5)
+    assert evaluate(y, dc.labels_)["acc"] > 0.5
+    assert all(np.isfinite(h["total"]) for h in dc.history_)
+
+
+def test_encoder_without_decoder_and_inputs_untouched() -> None:
+    X, _ = blobs(seed=9)
+    X0 = X.copy()
+    enc, _ = mlp_autoencoder(X.shape[1], (8,), 3, seed=0)
+    dc = DeepClusterer(enc, None, 3, epochs=2, batch_size=16, recon_weight=5.0).fit(X)
+    assert dc.pretrain_history_ == []
+    assert float(dc.loss(torch.as_tensor(X))["recon"]) == 0.0
+    np.testing.assert_array_equal(X, X0)
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"n_clusters": 1}, "n_clusters must be an integer >= 2; got 1"),
+        ({"recon_weight": -1.0}, "recon_weight must be a finite number >= 0; got -1.0"),
+        ({"T_start": 0.1, "T_end": 0.5}, "T_start must be >= T_end"),
+        ({"assignment": "gauss"}, "assignment must be one of"),
+        ({"batch_size": 0}, "batch_size must be an integer >= 1; got 0"),
+        ({"normalize": 1}, "normalize must be True or False; got 1"),
+    ],
+)
+def test_bad_parameters_raise(kw: dict[str, object], match: str) -> None:
+    params: dict[str, object] = {"n_clusters": 3}
+    params.update(kw)
+    with pytest.raises(ValueError, match=match):
+        DeepClusterer(nn.Linear(4, 2), None, **params)  # type: ignore[arg-type]
+
+
+def test_bad_inputs_raise() -> None:
+    with pytest.raises(TypeError, match="encoder must be a torch.nn.Module"):
+        DeepClusterer("mlp")  # type: ignore[arg-type]
+    dc = DeepClusterer(nn.Linear(4, 2), None, 3, epochs=1)
+    with pytest.raises(ValueError, match="X must be finite"):
+        dc.fit(np.full((10, 4), np.nan))
+    with pytest.raises(ValueError, match="at least n_clusters=3 rows; got 2"):
+        dc.fit(np.ones((2, 4)))
+    with pytest.raises(ValueError, match=r"2-D array \(n, d\)"):
+        dc.fit(np.ones(4))
+    with pytest.raises(RuntimeError, match="not fitted"):
+        dc.predict(np.ones((5, 4)))
+    with pytest.raises(ValueError, match="dataset must be one of"):
+        load_dataset("mnist")
+
+
+# -- the command -------------------------------------------------------------------------------
+
+
+def test_deep_cluster_command_writes_results_labels_and_figure(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "deep"
+    rc = main(["deep-cluster", "--dataset", "iris", "--seeds", "2", "--out", str(out),
+               "--quick", "--no-progress", "--threads", "1"])
+    assert rc == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["dataset"] == "iris" and res["seeds"] == [0, 1]
+    assert set(res["methods"]) == {"kmeans_raw", "two_step", "joint"}
+    for row in res["methods"].values():
+        assert [r["seed"] for r in row["per_seed"]] == [0, 1]
+        for key in ("mean", "std", "min", "max"):
+            assert set(row[key]) == {"acc", "nmi", "ari"}
+    labels = np.load(out / "labels.npz")
+    assert set(labels.files) == {f"{m}_seed{s}" for m in ("kmeans_raw", "two_step", "joint")
+                                 for s in (0, 1)}
+    y = load_dataset("iris").y
+    for key in labels.files:
+        method, seed = key.rsplit("_seed", 1)
+        assert labels[key].shape == y.shape
+        stored = res["methods"][method]["per_seed"][int(seed)]
+        assert stored["acc"] == pytest.approx(cluster_acc(y, labels[key]))
+    assert (out / "embedding_iris.png").stat().st_size > 0
+    assert set(np.load(out / "embeddings.npz").files) >= {"before", "after", "labels_after", "y"}
+
+
+def test_deep_cluster_ablation_command(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "abl"
+    rc = main(["deep-cluster", "--dataset", "wine", "--seeds", "1", "--out", str(out), "--quick",
+               "--no-progress", "--ablation", "--threads", "1"])
+    assert rc == 0
+    res = json.loads((out / "ablation.json").read_text())
+    assert "two_step" in res["variants"] and "full (defaults)" in res["variants"]
+    assert "| variant | ACC | NMI | ARI |" in (out / "ablation.md").read_text()
