@@ -83,7 +83,10 @@ _PARAMETERS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "T_end": ("None or a finite number > 0", lambda v: v is None or (_is_real(v) and v > 0)),
     "cooling": ("a number in (0, 1)", lambda v: _is_real(v) and 0 < v < 1),
     "max_iter_per_temperature": ("an integer >= 1", lambda v: _is_int(v) and v >= 1),
-    "temperature": ("None or a finite number >= 0", lambda v: v is None or (_is_real(v) and v >= 0)),
+    "stop_gap": ("a finite number >= 0", lambda v: _is_real(v) and v >= 0),
+    "temperature": (
+        "None or a finite number >= 0", lambda v: v is None or (_is_real(v) and v >= 0)
+    ),
     "perturbation": ("a finite number >= 0", lambda v: _is_real(v) and v >= 0),
     "solver": ("'lloyd' or 'gradient'", lambda v: v in ("lloyd", "gradient")),
     "optimizer": ("None or a callable(params) -> torch.optim.Optimizer",
@@ -99,7 +102,9 @@ _PARAMETERS: dict[str, tuple[str, Callable[[Any], bool]]] = {
         "None, 'float32', 'float64' or the torch/numpy float32/float64 dtype",
         lambda v: v is None or _torch_dtype(v) is not None,
     ),
-    "verbose": ("a bool or an integer >= 0", lambda v: isinstance(v, bool) or (_is_int(v) and v >= 0)),
+    "verbose": (
+        "a bool or an integer >= 0", lambda v: isinstance(v, bool) or (_is_int(v) and v >= 0)
+    ),
 }
 
 
@@ -147,10 +152,13 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     T_end : float, optional
         Coldest temperature of the ladder; default ``1e-6 T_c``. The ladder usually stops earlier,
         as soon as every membership is one-hot.
-    cooling : float, default 0.85
+    cooling : float, default 0.8
         Ratio between consecutive temperatures.
-    max_iter_per_temperature : int, default 30
+    max_iter_per_temperature : int, default 20
         Soft-Lloyd iterations at one temperature at most.
+    stop_gap : float, default 1e-4
+        The ladder stops at the first temperature where every membership is one-hot or the
+        relaxation gap ``(J - F_T) / J`` is at most ``stop_gap``; the hard polish follows.
     temperature : float, optional
         Temperature of ``predict_proba`` and ``to_layer`` (default: the last one of the fit).
     perturbation : float, default 1e-4
@@ -205,8 +213,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         tol: float = 1e-4,
         T_start: float | None = None,
         T_end: float | None = None,
-        cooling: float = 0.85,
-        max_iter_per_temperature: int = 30,
+        cooling: float = 0.8,
+        max_iter_per_temperature: int = 20,
+        stop_gap: float = 1e-4,
         temperature: float | None = None,
         perturbation: float = 1e-4,
         solver: str = "lloyd",
@@ -227,6 +236,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self.T_end = T_end
         self.cooling = cooling
         self.max_iter_per_temperature = max_iter_per_temperature
+        self.stop_gap = stop_gap
         self.temperature = temperature
         self.perturbation = perturbation
         self.solver = solver
@@ -270,12 +280,13 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     def _weights(self, sample_weight: Any, X: np.ndarray) -> Tensor | None:
         if sample_weight is None:
             return None
-        sw = np.asarray(sample_weight) if not isinstance(sample_weight, np.ndarray) else sample_weight
+        sw = np.asarray(sample_weight)
         if sw.ndim == 1 and sw.shape[0] == X.shape[0] and np.issubdtype(sw.dtype, np.number):
             bad = ~np.isfinite(sw.astype(np.float64))
             if bad.any():
                 raise ValueError(
-                    f"sample_weight must be finite; got {sw[bad][0]!r} at index {np.flatnonzero(bad)[0]}"
+                    f"sample_weight must be finite; got {sw[bad][0]!r} "
+                    f"at index {np.flatnonzero(bad)[0]}"
                 )
             if (sw < 0).any():
                 i = int(np.flatnonzero(sw < 0)[0])
@@ -320,7 +331,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         X_sq = row_norms_sq(Xt)  # (n,)
         mean_var, lam = _spread(Xt, w, comm, self.chunk_size)
         abs_tol = float(self.tol) * mean_var
-        self.critical_temperature_ = critical_temperature_factor(self.assignment, self.n_clusters) * lam
+        factor = critical_temperature_factor(self.assignment, self.n_clusters)
+        self.critical_temperature_ = factor * lam
 
         n_init = self._n_init()
         seeds = torch.tensor([int(rng.randint(np.iinfo(np.int32).max)) for _ in range(n_init)])
@@ -338,7 +350,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             self.labels_, weights=None if w is None else _np(w).astype(np.float64),
             minlength=self.n_clusters).astype(np.float64))  # (k,)
         comm.sum_(counts)
-        self._online_counts = _np(counts)
+        self._online_counts: np.ndarray | None = _np(counts)
         return self
 
     def _n_init(self) -> int:
@@ -421,7 +433,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                     Xt, C, ladder, self.assignment, sample_weight=w,
                     max_iter=self.max_iter_per_temperature, tol=abs_tol, perturbation=perturb,
                     generator=gen, X_sq=X_sq, chunk_size=self.chunk_size, comm=comm,
-                    progress=tick,
+                    stop_gap=float(self.stop_gap), progress=tick,
                 )
             if bar is not None:
                 bar.close()
@@ -500,7 +512,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         from .distances import chunk_rows, iter_chunks
 
         with torch.no_grad():
-            for s in iter_chunks(X.shape[0], chunk_rows(X.shape[0], self.n_clusters, self.chunk_size)):
+            rows = chunk_rows(X.shape[0], self.n_clusters, self.chunk_size)
+            for s in iter_chunks(X.shape[0], rows):
                 D = sq_distances(Xt[s], C)
                 if T == 0.0 or self.assignment == "hard":
                     R = hardmax(-D, dim=1)
@@ -798,7 +811,7 @@ def _anneal_gradient(
                 layer.centroids.add_((perturb * noise).to(layer.centroids))
         layer.temperature = T
         it = 0
-        for it in range(1, est.max_iter_per_temperature + 1):
+        for it in range(1, est.max_iter_per_temperature + 1):  # noqa: B007 (read after)
             C_old = layer.centroids.detach().clone()
             if opt is None:
                 C_new, _, N = gradient_step(Xt, C_old, T, est.assignment, sample_weight=w)
@@ -830,7 +843,7 @@ def _anneal_gradient(
                         "objective": st.objective, "inertia": st.inertia,
                         "n_soft": st.n_soft, "n_iter": it})
         tick(T, it)
-        if st.n_soft == 0:
+        if st.n_soft == 0 or st.inertia - st.objective <= est.stop_gap * abs(st.inertia):
             break
     return AnnealResult(layer.centroids.detach().clone(), temps, total, history, True)
 
