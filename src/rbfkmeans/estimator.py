@@ -152,9 +152,11 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     T_end : float, optional
         Coldest temperature of the ladder; default ``1e-6 T_c``. The ladder usually stops earlier,
         as soon as every membership is one-hot.
-    cooling : float, default 0.8
-        Ratio between consecutive temperatures.
-    max_iter_per_temperature : int, default 20
+    cooling : float, default 0.85
+        Ratio between consecutive temperatures. Faster cooling (0.8 with 20 iterations per
+        temperature) halves the work but, on overlapping blobs, lands in poorer minima (up to 9%
+        above ``KMeans(n_init=10)`` on 8 blobs of 30 points); 0.85 with 50 matched it on all.
+    max_iter_per_temperature : int, default 50
         Soft-Lloyd iterations at one temperature at most.
     stop_gap : float, default 1e-4
         The ladder stops at the first temperature where every membership is one-hot or the
@@ -213,8 +215,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         tol: float = 1e-4,
         T_start: float | None = None,
         T_end: float | None = None,
-        cooling: float = 0.8,
-        max_iter_per_temperature: int = 20,
+        cooling: float = 0.85,
+        max_iter_per_temperature: int = 50,
         stop_gap: float = 1e-4,
         temperature: float | None = None,
         perturbation: float = 1e-4,
