@@ -124,7 +124,9 @@ def main() -> None:
 
     floor = sec["floor_matmul"]
     results["ratio_to_floor"] = {
-        key: (None if val is None else val / floor) for key, val in sec.items() if key != "floor_matmul"
+        key: (None if val is None else val / floor)
+        for key, val in sec.items()
+        if key != "floor_matmul"
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2))
