@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="the interview question's two-centroid example")
     demo.set_defaults(func=_cmd_demo)
+    from .experiments.cli import add_reproduce_parser  # heavy imports wait until it runs
+
+    add_reproduce_parser(sub)
     from .deep.datasets import DATASETS
 
     deep = sub.add_parser(

@@ -1,0 +1,224 @@
+"""Shared pieces of the reproduction: the run configuration, the per-dataset context (data,
+the Lloyd fixed point ``C*``, its margin ``g_min``), fits, matching and JSON hygiene."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+
+from ..distances import sq_distances
+from ..fitting import kmeans_plusplus, lloyd
+from ..schedules import covariance_eigmax
+from .datasets import DATASETS, Dataset, make_dataset
+
+__all__ = [
+    "Config",
+    "Context",
+    "DatasetContext",
+    "Tick",
+    "build_context",
+    "fit_exponential",
+    "fit_power",
+    "margins",
+    "match_max_error",
+    "sanitize",
+]
+
+#: progress callback: a short description of what is running now
+Tick = Callable[[str], None]
+
+
+def _noop(_: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Config:
+    """Sizes of one reproduction run (``quick()`` for the tests, ``default()`` for the report)."""
+
+    quick: bool
+    seed: int = 0
+    n: int = 1000  # points per dataset
+    datasets: tuple[str, ...] = tuple(DATASETS)
+    n_temperatures: int = 24  # collapse ladder (>= 12)
+    collapse_max_iter: int = 1000
+    stability_decades: int = 12  # T = 1 ... 1e-12
+    stability_per_decade: int = 2
+    critical_ratios: tuple[float, ...] = (1.1, 1.05, 0.95, 0.9)
+    critical_max_iter: int = 800
+    phase_cooling: float = 0.9
+    phase_max_iter: int = 150
+    gradient_iters: int = 30
+    cost_ks: tuple[int, ...] = tuple(2**i for i in range(1, 13))
+    cost_entries: int = 1 << 19  # rows x k per timed call
+    cost_repeats: int = 5
+    online_epochs: int = 8
+    online_batch: int = 20
+    anneal_cooling: float = 0.9
+    large_n: int = 0  # rates on a denser sample of this size (0: skip)
+
+    @classmethod
+    def default(cls, seed: int = 0) -> Config:
+        return cls(quick=False, seed=seed, large_n=20000)
+
+    @classmethod
+    def quick_config(cls, seed: int = 0) -> Config:
+        return cls(
+            quick=True, seed=seed, n=300, n_temperatures=12, collapse_max_iter=200,
+            stability_decades=12, stability_per_decade=1, critical_ratios=(1.25, 0.75),
+            critical_max_iter=300, phase_cooling=0.8, phase_max_iter=30, gradient_iters=12,
+            cost_ks=(2, 16, 128, 1024), cost_entries=1 << 15, cost_repeats=2,
+            online_epochs=3, online_batch=20, anneal_cooling=0.8, large_n=0,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def margins(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
+    """Per point ``d_(2) - d_(1)`` (n,): the gap between its two smallest squared distances."""
+    D = sq_distances(X, C)  # (n, k)
+    two = D.topk(2, dim=1, largest=False).values  # (n, 2)
+    return two[:, 1] - two[:, 0]
+
+
+@dataclass
+class DatasetContext:
+    """One dataset with its Lloyd fixed point ``C*`` (best of a few k-means++ starts)."""
+
+    data: Dataset
+    X: torch.Tensor  # (n, 2) float64
+    C_star: torch.Tensor  # (k, 2) float64
+    C0: torch.Tensor  # (k, 2) the k-means++ start Lloyd went from to C*
+    labels: torch.Tensor  # (n,)
+    J_star: float
+    g_min: float  # min_i (d_(2) - d_(1)) at C*
+    lambda_max: float
+    lloyd_iters: int
+
+    @property
+    def k(self) -> int:
+        return self.data.k
+
+    @property
+    def n(self) -> int:
+        return int(self.X.shape[0])
+
+
+@dataclass
+class Context:
+    config: Config
+    datasets: dict[str, DatasetContext] = field(default_factory=dict)
+    tick: Tick = _noop
+
+
+def lloyd_fixed_point(
+    X: torch.Tensor, k: int, seed: int, starts: int = 5
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float, int]:
+    """Best (lowest ``J``) converged Lloyd run over ``starts`` k-means++ seeds:
+    ``(C*, C0, labels, J*, iterations)``."""
+    best: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float, int] | None = None
+    for s in range(starts):
+        gen = torch.Generator().manual_seed(seed * 1000 + s)
+        C0 = kmeans_plusplus(X, k, generator=gen)
+        res = lloyd(X, C0, max_iter=1000)
+        if not res.converged:
+            continue
+        if best is None or res.inertia < best[3]:
+            best = (res.C, C0, res.labels, res.inertia, res.n_iter)
+    if best is None:
+        raise RuntimeError("no Lloyd run converged in 1000 iterations")
+    return best
+
+
+def build_context(config: Config, tick: Tick = _noop) -> Context:
+    """Generate the datasets and compute ``C*``, ``J*``, ``g_min`` and ``lambda_max`` for each."""
+    ctx = Context(config, tick=tick)
+    for i, name in enumerate(config.datasets):
+        tick(f"datasets: {name}")
+        data = make_dataset(name, config.n, seed=config.seed * 100 + i)
+        X = torch.as_tensor(data.X, dtype=torch.float64)
+        C, C0, labels, J, iters = lloyd_fixed_point(X, data.k, config.seed)
+        g = float(margins(X, C).min())
+        ctx.datasets[name] = DatasetContext(
+            data, X, C, C0, labels, J, g, covariance_eigmax(X), iters
+        )
+    return ctx
+
+
+def dataset_summary(ctx: Context) -> dict[str, Any]:
+    """The datasets as stored in results.json (points rounded to 1e-5 for the figures)."""
+    out: dict[str, Any] = {}
+    for name, dc in ctx.datasets.items():
+        out[name] = {
+            "n": dc.n,
+            "k": dc.k,
+            "lambda_max": dc.lambda_max,
+            "g_min": dc.g_min,
+            "J_star": dc.J_star,
+            "lloyd_iterations": dc.lloyd_iters,
+            "C_star": dc.C_star.tolist(),
+            "X": np.round(dc.data.X, 5).tolist(),
+            "y": dc.data.y.tolist(),
+        }
+    return out
+
+
+# -- fits ------------------------------------------------------------------------------------------
+
+
+def _linfit(u: np.ndarray, v: np.ndarray) -> tuple[float, float, float]:
+    """Least squares ``v = a + b u``: ``(a, b, rms residual)``."""
+    A = np.stack([np.ones_like(u), u], axis=1)
+    coef, *_ = np.linalg.lstsq(A, v, rcond=None)
+    resid = v - A @ coef
+    return float(coef[0]), float(coef[1]), float(np.sqrt(np.mean(resid**2)))
+
+
+def fit_exponential(T: Sequence[float] | np.ndarray, gap: Sequence[float] | np.ndarray
+                    ) -> dict[str, float]:
+    """``gap = A exp(-B / T)``: least squares on ``log10 gap`` against ``1/T``."""
+    t, g = np.asarray(T, float), np.asarray(gap, float)
+    a, b, rms = _linfit(1.0 / t, np.log10(g))
+    return {"A": 10.0**a, "B": -b * math.log(10.0), "rms_log10": rms, "points": int(t.size)}
+
+
+def fit_power(T: Sequence[float] | np.ndarray, gap: Sequence[float] | np.ndarray
+              ) -> dict[str, float]:
+    """``gap = A T^p``: least squares on ``log10 gap`` against ``log10 T``."""
+    t, g = np.asarray(T, float), np.asarray(gap, float)
+    a, p, rms = _linfit(np.log10(t), np.log10(g))
+    return {"A": 10.0**a, "p": p, "rms_log10": rms, "points": int(t.size)}
+
+
+def match_max_error(C: torch.Tensor, C_ref: torch.Tensor) -> float:
+    """``max_j ||c_j - c*_pi(j)||`` for the assignment ``pi`` minimising the total distance."""
+    Dm = torch.cdist(C.double(), C_ref.double()).numpy()  # (k, k)
+    rows, cols = linear_sum_assignment(Dm)
+    return float(Dm[rows, cols].max())
+
+
+# -- JSON ------------------------------------------------------------------------------------------
+
+
+def sanitize(obj: Any) -> Any:
+    """A strict-JSON copy of ``obj``: tensors and arrays to lists, NaN/inf floats to ``None``."""
+    if isinstance(obj, dict):
+        return {str(k): sanitize(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [sanitize(v) for v in obj]
+    if isinstance(obj, torch.Tensor):
+        return sanitize(obj.detach().cpu().tolist())
+    if isinstance(obj, np.ndarray):
+        return sanitize(obj.tolist())
+    if isinstance(obj, np.generic):
+        return sanitize(obj.item())
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    return obj

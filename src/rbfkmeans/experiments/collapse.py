@@ -1,0 +1,259 @@
+r"""Claims 1-3: collapse of the soft fixed points onto the Lloyd fixed point, its rate, and the
+Gamma-convergence sandwich of the objectives.
+
+For a dataset with Lloyd fixed point ``C*`` and a mapping ``m`` (softmax or entmax15), each
+temperature ``T`` of a ladder from ``2 lambda_max`` (hot) down to ``g_min / 60`` (cold,
+``g_min = min_i d_(2) - d_(1)`` at ``C*``) gets the soft fixed point ``C_T`` of
+``c_j <- m_j = sum_i r_ij x_i / sum_i r_ij``, ``R = m(-D / 2T)``, iterated from ``C*`` itself (so
+``C_T`` is on the branch of fixed points through ``C*``, and ``F_T(C_T) <= F_T(C*) <= J(C*)``
+because soft Lloyd descends ``F_T``). Recorded per ``T``: the gap ``max |C_T - C*|``, the
+objectives, the number of points whose membership is not exactly one-hot.
+
+Rates (the paper's Theorems 3 and 4): ``gap ~ A exp(-B/T)`` with ``B -> g_min / 2`` for softmax
+(the nearest runner-up centroid of the worst point carries weight ``exp(-g_min / 2T)``), and
+``gap = O(T)`` for entmax-1.5, which is *exactly* hard once ``4T <= g_min``.
+
+Gamma-convergence: ``J(C*) - 2T (sum w) H_max <= F_T(C_T) <= J(C*)`` with ``H_max = log k``
+(Shannon) or ``(4/3)(1 - k^{-1/2})`` (Tsallis-1.5).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..distances import shifted_scores, sq_distances
+from ..fitting import soft_lloyd
+from ..mappings import get_mapping
+from ..objectives import entropy_bound, kmeans_objective, soft_objective
+from ..schedules import covariance_eigmax
+from ._common import Context, DatasetContext, fit_exponential, fit_power, margins
+from .datasets import make_dataset
+
+__all__ = ["MAPPINGS", "collapse", "exact_hard_temperature", "gamma", "rates", "rates_large_n"]
+
+MAPPINGS = ("softmax", "entmax15")
+#: gaps below this are rounding noise in float64 (coordinates are O(1))
+GAP_FLOOR = 1e-14
+#: squared-shift tolerance of the soft-Lloyd iterations
+TOL = 1e-28
+
+
+def ladder(dc: DatasetContext, n_temperatures: int) -> np.ndarray:
+    """Temperatures from ``2 lambda_max`` down to ``g_min / 60``, hot to cold: geometric down to
+    ``g_min``, then a third of them (at least 6) geometric in ``[g_min / 60, g_min)``, where the
+    asymptotic rates live."""
+    n_cold = max(6, n_temperatures // 3)
+    hot = np.geomspace(2.0 * dc.lambda_max, dc.g_min, n_temperatures - n_cold + 1)[:-1]
+    cold = np.geomspace(dc.g_min, dc.g_min / 60.0, n_cold)
+    return np.concatenate([hot, cold])
+
+
+def memberships(X: torch.Tensor, C: torch.Tensor, T: float, mapping: str) -> torch.Tensor:
+    """``R = m(-D / 2T)`` (n, k), computed from row-shifted scores (exact one-hot rows stay so)."""
+    D = sq_distances(X, C)  # (n, k)
+    shifted = shifted_scores(D, T)
+    if shifted is None:
+        return torch.zeros_like(D).scatter_(1, D.argmin(1, keepdim=True), 1.0)
+    return get_mapping(mapping)(shifted[0], dim=1)
+
+
+def n_not_one_hot(X: torch.Tensor, C: torch.Tensor, T: float, mapping: str) -> int:
+    """Number of points whose membership row is not exactly one-hot."""
+    return int((memberships(X, C, T, mapping).amax(dim=1) < 1.0).sum())
+
+
+def _one_dataset(dc: DatasetContext, mapping: str, temps: np.ndarray, max_iter: int) -> dict:
+    X, C_star = dc.X, dc.C_star
+    H = entropy_bound(mapping, dc.k)
+    out: dict[str, list[Any]] = {key: [] for key in (
+        "T", "centroid_gap", "n_iter", "converged", "F_T", "F_T_at_C_star", "J_at_C_T",
+        "n_soft", "fixed_point_residual")}
+    for T in temps:
+        T = float(T)
+        C_T, it, _ = soft_lloyd(X, C_star, T, mapping, max_iter=max_iter, tol=TOL)
+        C_next, _, _ = soft_lloyd(X, C_T, T, mapping, max_iter=1)
+        out["T"].append(T)
+        out["centroid_gap"].append(float((C_T - C_star).abs().max()))
+        out["n_iter"].append(it)
+        out["converged"].append(it < max_iter)
+        out["F_T"].append(float(soft_objective(X, C_T, T, mapping)))
+        out["F_T_at_C_star"].append(float(soft_objective(X, C_star, T, mapping)))
+        out["J_at_C_T"].append(float(kmeans_objective(X, C_T)))
+        out["n_soft"].append(n_not_one_hot(X, C_T, T, mapping))
+        out["fixed_point_residual"].append(float((C_next - C_T).abs().max()))
+    res: dict[str, Any] = dict(out)
+    res.update({"J_star": dc.J_star, "H_max": H, "sum_w": float(dc.n), "k": dc.k,
+                "monotone_below_T": 0.1 * dc.lambda_max})
+    # monotone collapse: the gap should not grow as T decreases (rounding-level steps ignored),
+    # judged below 0.1 lambda_max (above, C_T may sit on another branch: merged centroids)
+    gap = np.asarray(out["centroid_gap"])
+    cold = np.asarray(out["T"])[1:] <= 0.1 * dc.lambda_max
+    rises = (np.diff(gap) > 1e-12 + 1e-9 * gap[:-1]) & cold  # (m-1,) T decreasing
+    res["monotone"] = not bool(rises.any())
+    res["rises"] = [[out["T"][i], out["T"][i + 1], float(gap[i]), float(gap[i + 1])]
+                    for i in np.flatnonzero(rises)]
+    return res
+
+
+def exact_hard_temperature(dc: DatasetContext, steps: int = 50) -> float:
+    """Largest ``T`` at which ``C*`` is itself the entmax-1.5 fixed point with exactly one-hot
+    memberships for every point: soft Lloyd from ``C*`` does not move (gap at rounding level) and
+    no row is soft. Bisection in ``log T`` between ``g_min / 16`` and ``4 g_min``; ``nan`` if the
+    predicate does not change sign there."""
+
+    def hard(T: float) -> bool:
+        C_T, _, _ = soft_lloyd(dc.X, dc.C_star, T, "entmax15", max_iter=200, tol=TOL)
+        still = float((C_T - dc.C_star).abs().max()) <= 1e-12
+        return still and n_not_one_hot(dc.X, C_T, T, "entmax15") == 0
+
+    lo, hi = dc.g_min / 16.0, 4.0 * dc.g_min
+    if not hard(lo) or hard(hi):
+        return float("nan")
+    for _ in range(steps):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if hard(mid) else (lo, mid)
+    return lo
+
+
+def collapse(ctx: Context) -> dict[str, Any]:
+    """Claim 1: ``collapse[dataset][mapping] = {"T": [...], "centroid_gap": [...], ...}``."""
+    cfg = ctx.config
+    out: dict[str, Any] = {}
+    for name, dc in ctx.datasets.items():
+        temps = ladder(dc, cfg.n_temperatures)
+        out[name] = {}
+        for mapping in MAPPINGS:
+            ctx.tick(f"collapse: {name}/{mapping}")
+            out[name][mapping] = _one_dataset(dc, mapping, temps, cfg.collapse_max_iter)
+        out[name]["entmax15"]["T_exact_hard"] = exact_hard_temperature(dc)
+        out[name]["entmax15"]["T_exact_hard_predicted"] = dc.g_min / 4.0
+        out[name]["g_min"] = dc.g_min
+    return out
+
+
+# -- claim 2: rates --------------------------------------------------------------------------------
+
+
+def _rate_fits(T: list[float], gap: list[float], g_min: float, mapping: str,
+               T_hard: float | None) -> dict[str, Any]:
+    """Both models fitted on the cold side: ``T <= g_min`` (softmax; the regime where the
+    exponential is predicted) or ``T_hard < T <= 8 g_min`` (entmax15), gaps above the floor."""
+    t, g = np.asarray(T), np.asarray(gap)
+    if mapping == "softmax":
+        sel = (t <= g_min) & (g > GAP_FLOOR)
+    else:
+        sel = (t > (T_hard or 0.0)) & (t <= 8 * g_min) & (g > GAP_FLOOR)
+    res: dict[str, Any] = {"window": [float(t[sel].min()), float(t[sel].max())]
+                           if sel.any() else None}
+    if sel.sum() >= 3:
+        res["exponential"] = fit_exponential(t[sel], g[sel])
+        res["power"] = fit_power(t[sel], g[sel])
+        res["better_model"] = ("exponential" if res["exponential"]["rms_log10"]
+                               < res["power"]["rms_log10"] else "power")
+    else:
+        res["exponential"] = res["power"] = None
+        res["better_model"] = None
+    pos = sel & (g > 0)
+    res["max_gap_over_T"] = float((g[pos] / t[pos]).max()) if pos.any() else 0.0
+    if mapping == "softmax":
+        res["B_predicted"] = g_min / 2.0
+        idx = np.flatnonzero(pos)
+        if idx.size >= 2:  # local slope of log gap against 1/T at the two coldest points
+            i, j = idx[-2], idx[-1]
+            res["B_coldest_pair"] = float(
+                -(math.log(g[j]) - math.log(g[i])) / (1 / t[j] - 1 / t[i])
+            )
+    return res
+
+
+def rates(collapse_result: dict[str, Any]) -> dict[str, Any]:
+    """Claim 2 from the collapse curves: fitted constants of both models per dataset/mapping,
+    and the measured exact-hard temperature of entmax15 against ``g_min / 4``."""
+    out: dict[str, Any] = {}
+    for name, per in collapse_result.items():
+        g_min = per["g_min"]
+        out[name] = {}
+        for mapping in MAPPINGS:
+            cur = per[mapping]
+            T_hard = cur.get("T_exact_hard") if mapping == "entmax15" else None
+            fits = _rate_fits(cur["T"], cur["centroid_gap"], g_min, mapping, T_hard)
+            if mapping == "entmax15":
+                fits["T_exact_hard"] = T_hard
+                fits["T_exact_hard_predicted"] = g_min / 4.0
+                fits["ratio"] = (T_hard / (g_min / 4.0)) if T_hard == T_hard else None
+                # the coldest run of ladder temperatures where C_T = C* exactly, all one-hot
+                top = None
+                for T, s, g in zip(cur["T"][::-1], cur["n_soft"][::-1],
+                                   cur["centroid_gap"][::-1], strict=True):
+                    if s != 0 or g > GAP_FLOOR:
+                        break
+                    top = T
+                fits["largest_ladder_T_exactly_hard"] = top
+            out[name][mapping] = fits
+    return out
+
+
+def rates_large_n(ctx: Context, name: str = "moons", n: int = 20000) -> dict[str, Any]:
+    """The collapse curves of a denser sample (``n`` points), where the boundary regions hold many
+    points and the continuum regime ``g_min << T << cluster scale`` spans decades."""
+    cfg = ctx.config
+    data = make_dataset(name, n, seed=cfg.seed * 100 + 99)
+    X = torch.as_tensor(data.X, dtype=torch.float64)
+    from ._common import lloyd_fixed_point
+
+    C, C0, labels, J, iters = lloyd_fixed_point(X, data.k, cfg.seed, starts=2)
+    dc = DatasetContext(data, X, C, C0, labels, J, float(margins(X, C).min()),
+                        covariance_eigmax(X), iters)
+    temps = np.geomspace(dc.lambda_max, dc.g_min / 60.0, cfg.n_temperatures)
+    out: dict[str, Any] = {"dataset": name, "n": n, "g_min": dc.g_min}
+    for mapping in MAPPINGS:
+        ctx.tick(f"rates, n={n}: {mapping}")
+        cur = _one_dataset(dc, mapping, temps, max_iter=500)
+        t, g = np.asarray(cur["T"]), np.asarray(cur["centroid_gap"])
+        sel = (t > 4 * dc.g_min) & (t < 0.05 * dc.lambda_max) & (g > GAP_FLOOR)
+        out[mapping] = {
+            "T": cur["T"], "centroid_gap": cur["centroid_gap"], "n_soft": cur["n_soft"],
+            "continuum_window": [4 * dc.g_min, 0.05 * dc.lambda_max],
+            "power": fit_power(t[sel], g[sel]) if sel.sum() >= 3 else None,
+            "exponential": fit_exponential(t[sel], g[sel]) if sel.sum() >= 3 else None,
+        }
+    return out
+
+
+# -- claim 3: Gamma-convergence ------------------------------------------------------------------
+
+
+def gamma(collapse_result: dict[str, Any]) -> dict[str, Any]:
+    """Claim 3: the sandwich ``J* - 2T n H_max <= F_T(C_T) <= J*`` along each ladder, its worst
+    violation (relative to ``J*``) and ``(J* - F_T) / (2 T n H_max)`` (in ``[0, 1]`` when it
+    holds)."""
+    out: dict[str, Any] = {}
+    for name, per in collapse_result.items():
+        out[name] = {}
+        for mapping in MAPPINGS:
+            cur = per[mapping]
+            T = np.asarray(cur["T"])
+            F = np.asarray(cur["F_T"])
+            J = cur["J_star"]
+            width = 2 * T * cur["sum_w"] * cur["H_max"]
+            lower = J - width
+            upper_violation = float(np.max(F - J) / J)
+            lower_violation = float(np.max(lower - F) / J)
+            out[name][mapping] = {
+                "T": cur["T"],
+                "F_T": cur["F_T"],
+                "J_star": J,
+                "lower_bound": lower.tolist(),
+                "J_minus_F": (J - F).tolist(),
+                "bound_width": width.tolist(),
+                "fraction_of_bound": ((J - F) / width).tolist(),
+                "max_upper_violation_rel": upper_violation,
+                "max_lower_violation_rel": lower_violation,
+                "holds": bool(upper_violation <= 1e-12 and lower_violation <= 1e-12),
+                "J_minus_F_at_coldest": float(J - F[-1]),
+            }
+    return out

@@ -1,0 +1,123 @@
+r"""The four synthetic geometries of the reproduction, generated here (seeded, sizes as options).
+
+Each generator returns ``(X, y)``: points ``X`` (n, 2) float64 and the generating component ``y``
+(n,) int (blob, moon, spiral arm or ring). ``standardize`` then centres ``X`` and scales it to unit
+total variance per feature, ``trace(Cov X) / d = 1``, so that temperatures are comparable across
+datasets (the critical temperature ``lambda_max(Cov X)`` then lies between 1 and 2).
+
+* ``blobs``   -- isotropic Gaussians around ``centers`` random centres in a box;
+* ``moons``   -- two interleaved half circles (unit radius) with Gaussian noise;
+* ``spirals`` -- two Archimedean arms ``r = theta`` rotated by pi, with Gaussian noise;
+* ``circles`` -- two concentric circles of radii 1 and ``factor``, with Gaussian noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["DATASETS", "Dataset", "blobs", "circles", "make_dataset", "moons", "spirals",
+           "standardize"]
+
+
+def _split(n: int, parts: int) -> list[int]:
+    """``n`` points shared out as evenly as possible over ``parts`` components."""
+    base, extra = divmod(n, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def blobs(
+    n: int = 1000, *, centers: int = 4, std: float = 0.6, box: float = 5.0, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """``centers`` isotropic Gaussian blobs of standard deviation ``std``; centres drawn uniformly
+    in ``[-box, box]^2`` (redrawn until they are at least ``6 std`` apart)."""
+    rng = np.random.default_rng(seed)
+    while True:
+        mu = rng.uniform(-box, box, size=(centers, 2))  # (c, 2)
+        gaps = np.linalg.norm(mu[:, None] - mu[None], axis=-1) + np.eye(centers) * 1e9
+        if gaps.min() >= 6 * std:
+            break
+    y = np.repeat(np.arange(centers), _split(n, centers))  # (n,)
+    X = mu[y] + std * rng.standard_normal((n, 2))  # (n, 2)
+    return X, y
+
+
+def moons(n: int = 1000, *, noise: float = 0.08, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Two interleaved half circles: ``(cos t, sin t)`` and ``(1 - cos t, 1/2 - sin t)``,
+    ``t`` uniform in ``[0, pi]``, plus Gaussian noise of standard deviation ``noise``."""
+    rng = np.random.default_rng(seed)
+    n0, n1 = _split(n, 2)
+    t0, t1 = rng.uniform(0, np.pi, n0), rng.uniform(0, np.pi, n1)
+    upper = np.stack([np.cos(t0), np.sin(t0)], axis=1)  # (n0, 2)
+    lower = np.stack([1 - np.cos(t1), 0.5 - np.sin(t1)], axis=1)  # (n1, 2)
+    X = np.concatenate([upper, lower]) + noise * rng.standard_normal((n, 2))
+    y = np.repeat([0, 1], [n0, n1])
+    return X, y
+
+
+def spirals(
+    n: int = 1000, *, turns: float = 1.5, noise: float = 0.25, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Two arms ``theta (cos theta, sin theta)`` and its rotation by pi, ``theta`` in
+    ``[pi/2, pi/2 + 2 pi turns]`` with density uniform in arc length (roughly), plus noise."""
+    rng = np.random.default_rng(seed)
+    lo, hi = np.pi / 2, np.pi / 2 + 2 * np.pi * turns
+    parts = []
+    for arm, m in enumerate(_split(n, 2)):
+        theta = np.sqrt(rng.uniform(lo**2, hi**2, m))  # arc length ~ theta^2
+        P = theta[:, None] * np.stack([np.cos(theta), np.sin(theta)], axis=1)  # (m, 2)
+        parts.append(P if arm == 0 else -P)
+    X = np.concatenate(parts) + noise * rng.standard_normal((n, 2))
+    y = np.repeat([0, 1], _split(n, 2))
+    return X, y
+
+
+def circles(
+    n: int = 1000, *, factor: float = 0.5, noise: float = 0.05, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Two concentric circles of radii 1 and ``factor`` (half the points each), plus noise."""
+    rng = np.random.default_rng(seed)
+    n0, n1 = _split(n, 2)
+    t = rng.uniform(0, 2 * np.pi, n)
+    r = np.concatenate([np.ones(n0), np.full(n1, factor)])
+    X = r[:, None] * np.stack([np.cos(t), np.sin(t)], axis=1) + noise * rng.standard_normal((n, 2))
+    y = np.repeat([0, 1], [n0, n1])
+    return X, y
+
+
+def standardize(X: np.ndarray) -> np.ndarray:
+    """``(X - mean) / s`` with ``s^2 = trace(Cov X) / d``: zero mean, unit average variance."""
+    Xc = X - X.mean(axis=0)
+    s = np.sqrt((Xc**2).sum() / Xc.size)
+    return Xc / s
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A standardised dataset ``X`` (n, 2), its components ``y`` (n,) and the ``k`` it is
+    clustered with."""
+
+    name: str
+    X: np.ndarray
+    y: np.ndarray
+    k: int
+
+
+#: name -> (generator, default number of clusters)
+DATASETS: dict[str, tuple[Callable[..., tuple[np.ndarray, np.ndarray]], int]] = {
+    "blobs": (blobs, 4),
+    "moons": (moons, 4),
+    "spirals": (spirals, 6),
+    "circles": (circles, 6),
+}
+
+
+def make_dataset(name: str, n: int, seed: int, k: int | None = None) -> Dataset:
+    """The standardised dataset ``name`` with ``n`` points drawn with ``seed``."""
+    if name not in DATASETS:
+        raise ValueError(f"name must be one of {', '.join(map(repr, DATASETS))}; got {name!r}")
+    gen, k_default = DATASETS[name]
+    X, y = gen(n, seed=seed)
+    return Dataset(name, standardize(X), y, k_default if k is None else int(k))
