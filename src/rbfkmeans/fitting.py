@@ -20,6 +20,7 @@ same centroids, equal to a single-process run on the concatenated data.
 
 from __future__ import annotations
 
+import contextvars
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -53,16 +54,22 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 
 
+#: set by :func:`rbfkmeans.distributed.local_only`: fits use this process's data only
+LOCAL_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("rbfkmeans_local_only",
+                                                                  default=False)
+
+
 class Comm:
     """Reductions across the ranks of a ``torch.distributed`` group (no-ops in one process).
 
-    ``Comm.auto()`` is active exactly when a default process group is initialised.
+    ``Comm.auto()`` is active exactly when a default process group is initialised (and not
+    inside :func:`rbfkmeans.distributed.local_only`).
     """
 
     def __init__(self, group: object | None = None, active: bool | None = None) -> None:
         dist = torch.distributed
         if active is None:
-            active = dist.is_available() and dist.is_initialized()
+            active = dist.is_available() and dist.is_initialized() and not LOCAL_ONLY.get()
         self.active = bool(active)
         self.group = group
         self.rank = dist.get_rank(group) if self.active else 0  # type: ignore[arg-type]
