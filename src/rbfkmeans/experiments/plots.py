@@ -365,6 +365,7 @@ def fig_relu(res: dict[str, Any], out: Path) -> str:
                             capsize=4, color=color, label=label + " (mean, min-max)")
     axes[0, 1].axhline(1.0, color="tab:blue", label="softmax: every row sums to 1")
     axes[0, 1].set_yscale("symlog", linthresh=1)
+    axes[0, 1].set_ylim(0, 2 * max(r[n]["shifted"]["row_sum_max"] for n in names))
     axes[0, 1].set_xticks(x, names)
     axes[0, 1].set_ylabel("row sum of the layer output (T = 1)")
     axes[0, 1].set_title("ReLU outputs are not normalised and depend on the origin")
