@@ -8,7 +8,9 @@ each rank wrote with a single-process run here.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import os
 import pickle
 import socket
@@ -30,6 +32,7 @@ from rbfkmeans.distributed import (
     broadcast_module,
     gather_rows,
     is_distributed,
+    local_only,
     process_group,
     shard,
     shard_bounds,
@@ -194,10 +197,31 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
         layer = rk.KMeansLayer(torch.full((3, 2), float(rank + 1)), temperature=1.0)
         return broadcast_module(layer).centroids.detach().numpy().copy()
 
+    def local() -> Any:  # this rank's data alone, inside the group
+        with local_only():
+            est = rk.RBFKMeans(K, assignment="hard", random_state=0).fit(Xl)
+        return {**_fitted(est), "group_kept": is_distributed()}
+
+    def rank0_messages() -> Any:  # a warning and a progress bar, once per job
+        err = io.StringIO()
+        with warnings.catch_warnings(record=True) as caught, \
+                contextlib.redirect_stderr(err):
+            warnings.simplefilter("always")
+            rk.RBFKMeans(K, assignment="softmax", max_iter=1, verbose=1,
+                         random_state=0).fit(Xl)
+        return {"warnings": [str(w.message) for w in caught], "stderr": err.getvalue()}
+
+    def farthest() -> Any:  # fewer candidate rows in all than asked for: no padding rows
+        from rbfkmeans.fitting import farthest_points
+
+        Xf = torch.tensor([[5.0, 5.0]]) if rank == 0 else torch.empty(0, 2)
+        return farthest_points(Xf, torch.zeros(1, 2), 3).numpy()
+
     out.update(memmap_shard=memmap_shard, seed_none=seed_none, tiny_shard=tiny_shard,
                relocation=relocation, callable_init=callable_init, float32=float32,
                too_few=too_few, nan_on_one_rank=nan_on_one_rank, widths_differ=widths_differ,
-               random_init=random_init, batches=batches, ddp=ddp, broadcast=broadcast)
+               random_init=random_init, batches=batches, ddp=ddp, broadcast=broadcast,
+               local=local, rank0_messages=rank0_messages, farthest=farthest)
     return out
 
 
@@ -405,6 +429,26 @@ def test_ddp_keeps_the_layer_in_sync(ranks: list[dict[str, Any]]) -> None:
 def test_broadcast_module(ranks: list[dict[str, Any]]) -> None:
     for res in ranks:
         np.testing.assert_array_equal(res["broadcast"], np.ones((3, 2), dtype=np.float32))
+
+
+def test_local_only_fits_the_shard_alone(ranks: list[dict[str, Any]]) -> None:
+    X, _ = _data()
+    for r, res in enumerate(ranks):
+        ref = rk.RBFKMeans(K, assignment="hard", random_state=0).fit(_part(X, r))
+        np.testing.assert_array_equal(res["local"]["centers"], ref.cluster_centers_)
+        assert res["local"]["group_kept"] is True
+
+
+def test_warnings_and_progress_on_rank_0_only(ranks: list[dict[str, Any]]) -> None:
+    r0, r1 = ranks[0]["rank0_messages"], ranks[1]["rank0_messages"]
+    assert any("did not settle" in m for m in r0["warnings"])
+    assert "anneal" in r0["stderr"]
+    assert r1 == {"warnings": [], "stderr": ""}
+
+
+def test_farthest_points_drops_padding(ranks: list[dict[str, Any]]) -> None:
+    for res in ranks:
+        np.testing.assert_array_equal(res["farthest"], [[5.0, 5.0]])
 
 
 # ---------------------------------------------------------------------------------------------

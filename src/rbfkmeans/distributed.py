@@ -16,8 +16,9 @@ so every rank ends with the same centroids ``C`` (k, d), equal to a single-proce
 This module holds the small helpers around that: a context manager that creates and destroys a
 group (:func:`process_group`), contiguous sharding of rows (:func:`shard`, :func:`shard_bounds`),
 gathering variable-length per-rank rows (:func:`gather_rows`), the device a rank should use
-(:func:`local_device`) and broadcasting a module's parameters and buffers (:func:`broadcast_module`,
-for a :class:`~rbfkmeans.KMeansLayer` updated outside ``DistributedDataParallel``).
+(:func:`local_device`), fitting on this rank's data alone (:func:`local_only`) and
+broadcasting a module's parameters and buffers (:func:`broadcast_module`, for a
+:class:`~rbfkmeans.KMeansLayer` updated outside ``DistributedDataParallel``).
 """
 
 from __future__ import annotations
@@ -33,11 +34,14 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from .fitting import LOCAL_ONLY
+
 __all__ = [
     "broadcast_module",
     "gather_rows",
     "is_distributed",
     "local_device",
+    "local_only",
     "process_group",
     "rank",
     "shard",
@@ -111,6 +115,17 @@ def process_group(
         yield
     finally:
         dist.destroy_process_group()
+
+
+@contextmanager
+def local_only() -> Iterator[None]:
+    """Inside the block, fits use this process's data only, even under a process group
+    (e.g. a per-rank estimator inside a DDP job); outside, they reduce over the ranks again."""
+    token = LOCAL_ONLY.set(True)
+    try:
+        yield
+    finally:
+        LOCAL_ONLY.reset(token)
 
 
 def shard_bounds(n: int, n_shards: int | None = None, index: int | None = None) -> slice:
