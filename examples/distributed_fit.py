@@ -19,6 +19,9 @@ and touches only its block. ``RBFKMeans.fit`` sees an initialised process group 
 every statistic over the ranks, so all ranks end with the same centroids, equal to a
 single-process fit on the whole data (``--check`` verifies it on rank 0, for small data).
 Without ``torchrun`` the script runs as one process.
+
+Threads: ``torchrun`` sets ``OMP_NUM_THREADS=1`` when ``--nproc_per_node > 1``; on a machine with
+more cores than processes, set ``OMP_NUM_THREADS`` to cores / processes before ``torchrun``.
 """
 
 from __future__ import annotations
@@ -54,9 +57,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", help=".npy file (n, d), memory-mapped; default: synthetic")
-    parser.add_argument("--n", type=int, default=200_000)
-    parser.add_argument("--d", type=int, default=16)
-    parser.add_argument("--k", type=int, default=16)
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--features", type=int, default=16)
+    parser.add_argument("--clusters", type=int, default=16)
     parser.add_argument("--assignment", default="entmax15")
     parser.add_argument("--backend", default=None, help="gloo or nccl (default: nccl with GPUs)")
     parser.add_argument("--check", action="store_true",
@@ -66,25 +69,27 @@ def main() -> None:
     under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
     device = local_device() if backend == "nccl" else torch.device("cpu")
-    if under_torchrun:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["LOCAL_WORLD_SIZE"])))
 
     with process_group(backend) if under_torchrun else contextlib.nullcontext():
-        X = np.load(args.data, mmap_mode="r") if args.data else make_data(args.n, args.d, args.k)
+        if args.data:
+            X = np.load(args.data, mmap_mode="r")
+        else:
+            X = make_data(args.rows, args.features, args.clusters)
         X_local = shard(X)  # this rank's contiguous block of rows (a view)
-        est = rk.RBFKMeans(args.k, assignment=args.assignment, random_state=0, device=device)
+        est = rk.RBFKMeans(args.clusters, assignment=args.assignment, random_state=0,
+                           device=device)
         start = time.perf_counter()
         est.fit(X_local)
         seconds = time.perf_counter() - start
         labels = gather_rows(est.labels_)  # labels_ are local; gathered in rank order
         if rank() == 0:
             print(f"{world_size()} process(es), backend {backend if under_torchrun else '-'}: "
-                  f"n={X.shape[0]} d={X.shape[1]} k={args.k} fitted in {seconds:.2f} s, "
+                  f"n={X.shape[0]} d={X.shape[1]} k={args.clusters} fitted in {seconds:.2f} s, "
                   f"inertia {est.inertia_:.6g}, {est.n_iter_} iterations, "
                   f"{len(est.temperatures_)} temperatures, {labels.shape[0]} labels")
         if args.check and rank() == 0:
             with local_only():  # rank 0 alone, on all the rows
-                ref = rk.RBFKMeans(args.k, assignment=args.assignment, random_state=0,
+                ref = rk.RBFKMeans(args.clusters, assignment=args.assignment, random_state=0,
                                    device=device).fit(np.asarray(X))
             gap = float(np.abs(ref.cluster_centers_ - est.cluster_centers_).max())
             print(f"single-process fit on all rows: inertia {ref.inertia_:.6g}, "
