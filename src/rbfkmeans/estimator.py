@@ -313,9 +313,6 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         if comm.active and isinstance(self.init, str) and self.init == "random":
             raise ValueError("init='random' is not supported under torch.distributed; "
                              "use 'k-means++' or 'mean'")
-        if comm.active and self.solver == "gradient":
-            raise ValueError("solver='gradient' is single-process; under torch.distributed use "
-                             "solver='lloyd' (the same iterates when optimizer=None)")
         error: Exception | None = None
         try:  # validate this rank's shard; under torch.distributed every rank learns the outcome
             X = self._check_X(X, reset=True)
@@ -428,7 +425,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
 
             if self.solver == "gradient":
                 res = _anneal_gradient(
-                    self, Xt, C, ladder, w, abs_tol, perturb, gen, tick
+                    self, Xt, C, ladder, w, abs_tol, perturb, gen, tick, comm
                 )
             else:
                 res = anneal(
@@ -795,12 +792,17 @@ def macqueen_updates(
 def _anneal_gradient(
     est: RBFKMeans, Xt: Tensor, C: Tensor, ladder: Iterable[float], w: Tensor | None,
     abs_tol: float, perturb: float, gen: torch.Generator, tick: Callable[[float, int], None],
+    comm: Comm,
 ) -> Any:
-    """The annealing loop with autograd steps on a :class:`KMeansLayer` (``solver="gradient"``)."""
+    """The annealing loop with autograd steps on a :class:`KMeansLayer` (``solver="gradient"``).
+
+    Gradients are accumulated over row chunks (no pass holds more than a chunk's memberships and
+    their autograd graph) and summed over ranks under ``torch.distributed``."""
     from .fitting import AnnealResult
 
     layer = KMeansLayer(C, temperature=1.0, assignment=est.assignment)
-    wsum = float(Xt.shape[0]) if w is None else float(w.sum())
+    wsum = comm.sum_scalars(float(Xt.shape[0]) if w is None else float(w.sum()))[0]
+    chunks = list(iter_chunks(Xt.shape[0], chunk_rows(Xt.shape[0], C.shape[0], est.chunk_size)))
     opt = est.optimizer(layer.parameters()) if est.optimizer is not None else None
     temps: list[float] = []
     history: list[dict[str, object]] = []
@@ -816,17 +818,28 @@ def _anneal_gradient(
         for it in range(1, est.max_iter_per_temperature + 1):  # noqa: B007 (read after)
             C_old = layer.centroids.detach().clone()
             if opt is None:
-                C_new, _, N = gradient_step(Xt, C_old, T, est.assignment, sample_weight=w)
+                grad, N = torch.zeros_like(C_old), C_old.new_zeros(C_old.shape[0])
+                for s in chunks:
+                    _, g, Nc = gradient_step(Xt[s], C_old, T, est.assignment,
+                                             sample_weight=None if w is None else w[s])
+                    grad += g
+                    N += Nc
+                comm.sum_(grad, N)
+                eta = 1.0 / (2.0 * N.clamp(min=torch.finfo(N.dtype).tiny))  # (k,) 1 / (2 N_j)
+                C_new = torch.where((N > 0).unsqueeze(1), C_old - eta.unsqueeze(1) * grad, C_old)
                 empty_tol = _empty_tol(float(N.sum()))  # the rule of soft_lloyd
                 empty = torch.le(N, empty_tol)  # (k,)
                 if bool(empty.any()):
-                    C_new = relocate_empty(Xt, C_new, empty, chunk_size=est.chunk_size)
+                    C_new = relocate_empty(Xt, C_new, empty, chunk_size=est.chunk_size,
+                                           comm=comm)
                 with torch.no_grad():
                     layer.centroids.copy_(C_new)
             else:
                 opt.zero_grad()
-                loss = layer.objective(Xt, w) / wsum
-                loss.backward()
+                for s in chunks:  # d(F_T / sum w) accumulated chunk by chunk
+                    (layer.objective(Xt[s], None if w is None else w[s]) / wsum).backward()
+                if layer.centroids.grad is not None:
+                    comm.sum_(layer.centroids.grad)
                 opt.step()
             shift = float(((layer.centroids.detach() - C_old) ** 2).sum())
             if shift <= abs_tol:
@@ -834,13 +847,13 @@ def _anneal_gradient(
         total += it
         temps.append(T)
         # as anneal(): statistics of the last pass (at C_old), then rebalance spare copies
-        st: Stats = cluster_stats(Xt, C_old, T, est.assignment,
-                                  sample_weight=w, comm=Comm(active=False))
+        st: Stats = cluster_stats(Xt, C_old, T, est.assignment, sample_weight=w,
+                                  chunk_size=est.chunk_size, comm=comm)
         if T > 0:
             with torch.no_grad():
                 layer.centroids.copy_(rebalance_duplicates(
                     Xt, layer.centroids.detach(), T, sample_weight=w, chunk_size=est.chunk_size,
-                    comm=Comm(active=False), generator=gen))
+                    comm=comm, generator=gen))
         history.append({"T": T, "C": layer.centroids.detach().cpu().clone(),
                         "objective": st.objective, "inertia": st.inertia,
                         "n_soft": st.n_soft, "n_iter": it})
