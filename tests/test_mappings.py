@@ -79,9 +79,14 @@ def test_many_blocks_and_mixed_rows(name: str, monkeypatch: pytest.MonkeyPatch) 
     z = torch.cat([scores(1, (50, 16), 100.0), scores(2, (50, 16), 0.3), scores(3, (61, 16), 3.0)])
     z = z[torch.randperm(len(z), generator=torch.Generator().manual_seed(0))]
     expected = ref(z, dim=-1)
+    g = scores(4, z.shape, 1.0)
+    x = z.clone().requires_grad_()
+    (expected_grad,) = torch.autograd.grad(ref(x, dim=-1), x, g)
     for block in (16, 16 * 7, 16 * 50, 1 << 20):
         monkeypatch.setattr(M, "_BLOCK_ELEMENTS", block)
         torch.testing.assert_close(ours(z), expected, rtol=0, atol=1e-9)
+        (grad,) = torch.autograd.grad(ours(x), x, g)  # blocks of soft and of one-hot rows
+        torch.testing.assert_close(grad, expected_grad, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", SPARSE)
