@@ -719,14 +719,25 @@ def kmeans_plusplus(
     closest = _min_dist(X, first, X_sq, chunk_size)  # (n,)
     for c in range(1, k):
         cand = pick(w * closest.double(), trials)  # (trials, d)
-        dist = torch.stack([torch.minimum(closest, _min_dist(X, cand[t : t + 1], X_sq, chunk_size))
-                            for t in range(trials)])  # (trials, n)
-        pot = (dist.double() * w).sum(dim=1)  # (trials,)
+        pot = _potentials(X, cand, closest, X_sq, w, chunk_size)  # (trials,)
         comm.sum_(pot)
         best = int(pot.argmin())
         centers[c] = cand[best]
-        closest = dist[best]
+        closest = torch.minimum(closest, _min_dist(X, cand[best : best + 1], X_sq, chunk_size))
     return centers
+
+
+def _potentials(
+    X: Tensor, cand: Tensor, closest: Tensor, X_sq: Tensor, w: Tensor, chunk_size: int | None
+) -> Tensor:
+    """``sum_i w_i min(closest_i, ||x_i - cand_t||^2)`` for each candidate ``t`` (trials,), in
+    float64: one chunked pass, never a (trials, n) matrix."""
+    pot = torch.zeros(cand.shape[0], dtype=torch.float64, device=X.device)
+    C_sq = row_norms_sq(cand)
+    for s in iter_chunks(X.shape[0], chunk_rows(X.shape[0], cand.shape[0], chunk_size)):
+        D = cross_term(X[s], cand, C_sq).add_(X_sq[s].unsqueeze(1)).clamp_(min=0.0)  # (b, t)
+        pot += w[s] @ torch.minimum(D, closest[s].unsqueeze(1)).double()
+    return pot
 
 
 def _min_dist(X: Tensor, C: Tensor, X_sq: Tensor, chunk_size: int | None) -> Tensor:
