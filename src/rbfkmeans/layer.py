@@ -150,6 +150,10 @@ class KMeansLayer(nn.Module):
             shifted = shifted_scores(D, self.temperature)
         if shifted is None:
             return hardmax(-D, dim=-1)
+        if self.assignment == "softmax":
+            # shifted scores are finite with maximum 0: the plain kernel needs no special-value
+            # handling (and stays traceable, e.g. for ONNX export)
+            return torch.softmax(shifted[0], dim=-1)
         return get_mapping(self.assignment)(shifted[0], dim=-1)
 
     def predict(self, X: Tensor) -> Tensor:
