@@ -147,7 +147,8 @@ def test_self_training_targets_sharpen_and_average_neighbours() -> None:
     R = torch.tensor([[0.6, 0.4], [0.5, 0.5], [0.2, 0.8]], dtype=torch.float64)
     P = self_training_targets(R)
     torch.testing.assert_close(P.sum(dim=1), torch.ones(3, dtype=torch.float64))
-    assert P[0, 0] > R[0, 0] and P[2, 1] > R[2, 1]  # sharper than R
+    assert P[0, 0] > R[0, 0]
+    assert P[2, 1] > R[2, 1]
     f = R.sum(dim=0)
     ref = R**2 / f
     torch.testing.assert_close(P, ref / ref.sum(dim=1, keepdim=True))
@@ -200,7 +201,8 @@ def test_fit_keeps_every_cluster_alive_under_a_collapsing_loss() -> None:
     dc.fit(X)
     counts = np.bincount(dc.labels_, minlength=4)
     guarded = sum(len(h["reseeded"]) for h in dc.history_)
-    assert counts.min() >= 1 or guarded > 0
+    assert guarded > 0  # the loss did collapse clusters ...
+    assert counts.min() >= 0.2 * 80 / 4  # ... and every cluster ends populated
     assert np.isfinite(dc.predict_proba(X)).all()
 
 
@@ -309,7 +311,7 @@ def test_bad_parameters_raise(kw: dict[str, object], match: str) -> None:
 
 
 def test_bad_inputs_raise() -> None:
-    with pytest.raises(TypeError, match="encoder must be a torch.nn.Module"):
+    with pytest.raises(TypeError, match=r"encoder must be a torch\.nn\.Module"):
         DeepClusterer("mlp")  # type: ignore[arg-type]
     dc = DeepClusterer(nn.Linear(4, 2), None, 3, epochs=1)
     with pytest.raises(ValueError, match="X must be finite"):
@@ -333,7 +335,8 @@ def test_deep_cluster_command_writes_results_labels_and_figure(tmp_path) -> None
                "--quick", "--no-progress", "--threads", "1"])
     assert rc == 0
     res = json.loads((out / "results.json").read_text())
-    assert res["dataset"] == "iris" and res["seeds"] == [0, 1]
+    assert res["dataset"] == "iris"
+    assert res["seeds"] == [0, 1]
     assert set(res["methods"]) == {"kmeans_raw", "two_step", "joint"}
     for row in res["methods"].values():
         assert [r["seed"] for r in row["per_seed"]] == [0, 1]
@@ -358,5 +361,6 @@ def test_deep_cluster_ablation_command(tmp_path) -> None:  # type: ignore[no-unt
                "--no-progress", "--ablation", "--threads", "1"])
     assert rc == 0
     res = json.loads((out / "ablation.json").read_text())
-    assert "two_step" in res["variants"] and "full (defaults)" in res["variants"]
+    assert "two_step" in res["variants"]
+    assert "full (defaults)" in res["variants"]
     assert "| variant | ACC | NMI | ARI |" in (out / "ablation.md").read_text()

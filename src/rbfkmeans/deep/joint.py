@@ -183,7 +183,7 @@ class DeepClusterer:
         The layer's simplex mapping (and the one RBFKMeans initialises with).
     kmeans_weight, recon_weight, self_training_weight : float
         ``alpha``, ``lambda``, ``beta`` of the joint loss.
-    n_neighbors : int, default 5
+    n_neighbors : int, default 10
         Neighbours averaged into the self-training targets (0: DEC's targets).
     normalize : bool, default True
         Project embeddings onto the unit sphere (so distances, hence ``T``, have a fixed scale).
@@ -228,10 +228,10 @@ class DeepClusterer:
         kmeans_weight: float = 0.01,
         recon_weight: float = 1.0,
         self_training_weight: float = 1.0,
-        n_neighbors: int = 5,
+        n_neighbors: int = 10,
         normalize: bool = True,
-        T_start: float = 0.3,
-        T_end: float = 0.3,
+        T_start: float = 0.03,
+        T_end: float = 0.03,
         pretrain_epochs: int = 200,
         epochs: int = 50,
         batch_size: int = 256,
@@ -279,7 +279,7 @@ class DeepClusterer:
         n_features: int,
         n_clusters: int,
         *,
-        hidden: tuple[int, ...] = (256, 256),
+        hidden: tuple[int, ...] = (128, 128),
         n_latent: int = 10,
         random_state: int = 0,
         **kwargs: Any,
