@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .experiments.cli import add_reproduce_parser  # heavy imports wait until it runs
 
     add_reproduce_parser(sub)
+    from .cli_fit import add_fit_parser  # the command's heavy imports wait until it runs
+
+    add_fit_parser(sub)
     from .deep.datasets import DATASETS
 
     deep = sub.add_parser(
@@ -83,9 +86,6 @@ def build_parser() -> argparse.ArgumentParser:
     deep.add_argument("--no-progress", action="store_true")
     deep.add_argument("--no-figure", action="store_true")
     deep.set_defaults(func=_cmd_deep_cluster)
-    from .cli_fit import add_fit_parser  # the command's heavy imports wait until it runs
-
-    add_fit_parser(sub)
     return parser
 
 
