@@ -13,7 +13,7 @@ import pytest
 import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from torch.autograd import gradcheck
+from torch.autograd import gradcheck, gradgradcheck
 
 import rbfkmeans as rk
 from rbfkmeans import mappings as M
@@ -135,6 +135,18 @@ def test_gradcheck_float64(name: str, shape: tuple[int, ...], dim: int) -> None:
     else:  # pragma: no cover - the seeds above always contain one
         pytest.fail("no kink-free input found")
     assert gradcheck(lambda x: fn(x, dim), (z,), eps=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["entmax15", "sparsemax", "softmax"])
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_gradgradcheck_float64(name: str, dim: int) -> None:
+    """Second derivatives (``create_graph=True``) differentiate the closed-form backward."""
+    fn = M.get_mapping(name)
+    for seed in range(20):
+        z = scores(seed, (6, 5), 1.5).requires_grad_()
+        if away_from_kinks(name, z.detach(), dim):
+            break
+    assert gradgradcheck(lambda x: fn(x, dim), (z,), eps=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", SPARSE)

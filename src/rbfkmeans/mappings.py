@@ -293,6 +293,11 @@ def _sparse_backward(ctx: Any, g: Tensor, kind: str) -> Tensor:
     only their other rows computed."""
     P, multi = ctx.saved_tensors
     dim = ctx.dim
+    if torch.is_grad_enabled():  # double backward: the same formula, differentiable in P and g
+        inside = P > 0
+        s = torch.where(inside, P, 1.0).sqrt() * inside if kind == _ENTMAX else inside.to(P.dtype)
+        sg = s * g
+        return sg - s * (sg.sum(dim, keepdim=True) / s.sum(dim, keepdim=True))
     P2, g2 = _as_rows(P, dim), _as_rows(g, dim)  # (rows, k)
     dz, dz2 = _empty_rows(g, dim)
     rows, k = P2.shape
@@ -321,9 +326,9 @@ def _jacobian_vector_(P: Tensor, g: Tensor, kind: str, out: Tensor, work: Tensor
     """Rows of ``J g`` (r, k) for the rows ``P`` into ``out`` (may be ``g``); ``work`` scratch."""
     s = work[: P.numel()].view(P.shape)  # (r, k)
     if kind == _ENTMAX:
-        if P.device.type == "cpu" and not torch.is_grad_enabled():
-            np.sqrt(P.detach().numpy(), out=s.numpy())  # torch's CPU sqrt is ~20x slower on 0s
-        else:  # (double backward differentiates through this)
+        if P.device.type == "cpu":
+            np.sqrt(P.detach().numpy(), out=s.numpy())  # torch's CPU sqrt is ~20x slower on zeros
+        else:
             torch.sqrt(P, out=s)
     else:
         torch.gt(P, 0, out=s)  # support indicator
