@@ -25,7 +25,7 @@ Write ``a = 1/2`` for entmax-1.5 (``a = 1`` for sparsemax) and ``y_j = a (max_i 
 ``t = a max(z) - tau`` the threshold in gap units. The largest entry alone may not exceed mass one,
 hence ``t <= 1``: only *candidates* ``y_j < 1`` can be in the support, and a row whose only
 candidate is its maximum is exactly one-hot (``t = 1``). The forward pass, block by block of rows
-(~1M entries, so that the passes over a block run in cache and its scratch buffers are reused):
+(1-2M entries, so that the passes over a block run in cache and its scratch buffers are reused):
 
 1. forms ``y`` clipped to ``[0, 1]`` (clipping changes no output: clipped entries get ``p = 0``);
 2. spots the one-hot rows by one row sum (a row is one-hot iff ``sum_j min(y_j, 1) = k - 1``);
@@ -38,7 +38,7 @@ candidate is its maximum is exactly one-hot (``t = 1``). The forward pass, block
    ``s``, its largest gap ``y_s`` and ``u_i = y_s - y_i``, ``t = y_s + delta`` where ``delta >= 0``
    solves ``s delta^2 + 2 delta sum(u) + sum(u^2) = 1`` (resp. ``s delta + sum(u) = 1``), taken in
    a cancellation-free closed form;
-4. writes ``p`` in place of ``y`` (three passes).
+4. writes ``p`` in place of ``y`` (two passes).
 
 This is the exact mapping, not an approximation. At the temperatures where k-means lives almost
 all rows are one-hot and the cost is a handful of passes over ``z``, close to a softmax.
@@ -48,7 +48,8 @@ has no preferred entry and maps to the uniform distribution (the limit of equal 
 row with ``+inf`` entries splits its mass evenly between them. NaN propagates to the row's output.
 
 Each mapping is a ``torch.autograd.Function`` whose backward pass is closed-form and uses the saved
-output only. float16/bfloat16 inputs are computed in float32 and cast back.
+output only (one-hot rows have a zero Jacobian and are skipped); double backward works.
+float16/bfloat16 inputs are computed in float32 and cast back.
 
 In-place variants
 -----------------
