@@ -1,4 +1,4 @@
-"""Annealed fit against ``sklearn.cluster.KMeans(n_init=10)`` on real data shipped with scikit-learn.
+"""Annealed fit against ``sklearn.cluster.KMeans(n_init=10)`` on real data shipped with sklearn.
 
 For each dataset: the inertia ``J`` of our default fit (entmax-1.5 annealing, then the hard Lloyd
 polish) and of softmax annealing, against the best of ten k-means++ Lloyd runs; and the wall time

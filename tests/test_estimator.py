@@ -220,7 +220,8 @@ def test_gradient_solver_follows_lloyd_solver(assignment: str) -> None:
     # The ladders agree; where a point's largest membership sits within rounding of the one-hot
     # test, one solver may stop a temperature later than the other, so compare the common part.
     m = min(len(a.temperatures_), len(b.temperatures_))
-    assert m >= 3 and abs(len(a.temperatures_) - len(b.temperatures_)) <= 1
+    assert m >= 3
+    assert abs(len(a.temperatures_) - len(b.temperatures_)) <= 1
     np.testing.assert_array_equal(b.temperatures_[:m], a.temperatures_[:m])
     for ha, hb in zip(a.history_[:m], b.history_[:m], strict=True):
         np.testing.assert_allclose(hb["centers"], ha["centers"], atol=1e-10, rtol=0)

@@ -162,7 +162,7 @@ def _soft_memberships(Z: Tensor, assignment: str) -> Tensor:
         R = torch.softmax(Z, dim=1)
         # memberships below the smallest normal float are set to 0 (a change of < 1.2e-38 in
         # float32): subnormal operands make the matrix product R^T X over ten times slower
-        return torch.nn.functional.threshold_(R, torch.finfo(R.dtype).tiny, 0.0)
+        return torch.nn.functional.threshold(R, torch.finfo(R.dtype).tiny, 0.0, inplace=True)
     if assignment == "entmax15":
         return entmax15_(Z)
     return sparsemax_(Z)
