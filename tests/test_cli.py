@@ -8,26 +8,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from sklearn.datasets import make_blobs
 
 from rbfkmeans import RBFKMeans
 from rbfkmeans.cli import main
 from rbfkmeans.cli_fit import read_matrix
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 X, _ = make_blobs(60, n_features=2, centers=3, random_state=0)
 

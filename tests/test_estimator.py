@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import re
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -35,13 +34,6 @@ SOFT = ["entmax15", "softmax", "sparsemax"]
 ALL = [*SOFT, "hard"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """Tiny problems: one torch thread is several times faster on a shared machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def blobs(n: int = 90, k: int = 4, d: int = 3, seed: int = 0, std: float = 1.0) -> np.ndarray:

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-import torch
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from rbfkmeans import RBFKMeans
@@ -30,13 +26,6 @@ def expected_failed_checks(estimator: RBFKMeans) -> dict[str, str]:
     return {}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """Tiny problems: one torch thread is several times faster on a shared machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @parametrize_with_checks(ESTIMATORS, expected_failed_checks=expected_failed_checks)

@@ -96,12 +96,6 @@ def _check(m: dict[str, Any], X: np.ndarray, numpy_bound: float = 0.5, batch: in
     assert m["numpy"] < numpy_bound * X.nbytes, f"numpy allocated up to {m['numpy']} bytes"
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 _FITS: dict[str, dict[str, Any]] = {

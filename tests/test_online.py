@@ -9,8 +9,6 @@ theorem its gradient is that of the Tsallis relaxation) and the per-cluster step
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -22,12 +20,6 @@ from rbfkmeans import RBFKMeans
 entmax = pytest.importorskip("entmax")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def sgd_reference(
