@@ -30,6 +30,8 @@ bench: venv
 	$(BIN)/pip install -q -e ".[bench]"
 	$(BIN)/python benchmarks/bench_mappings.py
 	$(BIN)/python benchmarks/bench_iterations.py
+	$(BIN)/python benchmarks/bench_quality.py
+	$(BIN)/python benchmarks/bench_scale.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
