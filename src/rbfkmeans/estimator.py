@@ -45,7 +45,7 @@ from .fitting import (
 )
 from .layer import KMeansLayer
 from .mappings import get_mapping, hardmax
-from .schedules import critical_temperature_factor, geometric_schedule
+from .schedules import covariance_spread, critical_temperature_factor, geometric_schedule
 
 __all__ = ["RBFKMeans"]
 
@@ -328,7 +328,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         Xt = self._to_torch(X)  # (n, d)
         rng = check_random_state(self.random_state)
         X_sq = row_norms_sq(Xt)  # (n,)
-        mean_var, lam = _spread(Xt, w, comm, self.chunk_size)
+        mean_var, lam = covariance_spread(Xt, w, chunk_size=self.chunk_size, comm=comm)
         abs_tol = float(self.tol) * mean_var
         factor = critical_temperature_factor(self.assignment, self.n_clusters)
         self.critical_temperature_ = factor * lam
@@ -898,43 +898,6 @@ def _agree_on_shards(comm: Comm, error: Exception | None, X: Any) -> int:
             f"X must have the same number of features on every rank; got {widths} (by rank)"
         )
     return int(table[:, 1].sum())
-
-
-def _spread(
-    Xt: Tensor, w: Tensor | None, comm: Comm, chunk_size: int | None
-) -> tuple[float, float]:
-    r"""Mean feature variance and ``lambda_max`` of the weighted covariance, over all ranks.
-
-    ``Sigma = sum_i w_i (x_i - mu)(x_i - mu)^T / sum_i w_i`` with ``mu`` the weighted mean: two
-    chunked passes in float64 (no float64 copy of ``X``). Returns ``(trace(Sigma) / d,
-    lambda_max(Sigma))``.
-    """
-    n, d = Xt.shape
-    rows = chunk_rows(n, d, chunk_size)
-    tot = torch.zeros(1, dtype=torch.float64, device=Xt.device)
-    s1 = torch.zeros(d, dtype=torch.float64, device=Xt.device)
-    for s in iter_chunks(n, rows):
-        Xc = Xt[s].double()  # (b, d)
-        if w is None:
-            tot += Xc.shape[0]
-            s1 += Xc.sum(dim=0)
-        else:
-            wc = w[s].double()
-            tot += wc.sum()
-            s1 += wc @ Xc
-    comm.sum_(tot, s1)
-    if float(tot) == 0:
-        return 0.0, 0.0
-    mu = s1 / tot  # (d,)
-    M = torch.zeros(d, d, dtype=torch.float64, device=Xt.device)
-    for s in iter_chunks(n, rows):
-        Xc = Xt[s].double() - mu  # (b, d)
-        Xw = Xc if w is None else Xc * w[s].double().unsqueeze(1)
-        M.addmm_(Xw.T, Xc)
-    comm.sum_(M)
-    cov = M / tot  # (d, d)
-    mean_var = float(cov.diagonal().clamp(min=0).mean())
-    return mean_var, float(torch.linalg.eigvalsh(cov).max().clamp(min=0))
 
 
 def _np(t: Tensor) -> np.ndarray:

@@ -23,14 +23,25 @@ compares it with these predictions.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from ._validation import check_assignment, check_positive_int, check_temperature
+from .distances import chunk_rows, iter_chunks
 
-__all__ = ["critical_temperature", "critical_temperature_factor", "geometric_schedule"]
+if TYPE_CHECKING:
+    from .fitting import Comm
+
+__all__ = [
+    "covariance_eigmax",
+    "covariance_spread",
+    "critical_temperature",
+    "critical_temperature_factor",
+    "geometric_schedule",
+]
 
 
 def critical_temperature_factor(assignment: str, n_clusters: int) -> float:
@@ -42,17 +53,53 @@ def critical_temperature_factor(assignment: str, n_clusters: int) -> float:
     ]
 
 
+def covariance_spread(
+    X: Tensor,
+    sample_weight: Tensor | None = None,
+    *,
+    chunk_size: int | None = None,
+    comm: Comm | None = None,
+) -> tuple[float, float]:
+    r"""Mean feature variance and largest eigenvalue of the weighted (biased) covariance of ``X``.
+
+    ``Sigma = sum_i w_i (x_i - mu)(x_i - mu)^T / sum_i w_i`` with ``mu`` the weighted mean: two
+    chunked passes accumulated in float64 (no float64 copy of ``X``). With ``comm`` (a
+    :class:`rbfkmeans.fitting.Comm`) the sums run over every rank's shard. Returns
+    ``(trace(Sigma) / d, lambda_max(Sigma))``; ``(0, 0)`` when the weights sum to zero.
+    """
+    n, d = X.shape
+    rows = chunk_rows(n, d, chunk_size)
+    tot = torch.zeros(1, dtype=torch.float64, device=X.device)
+    s1 = torch.zeros(d, dtype=torch.float64, device=X.device)
+    for s in iter_chunks(n, rows):
+        Xc = X[s].double()  # (b, d)
+        if sample_weight is None:
+            tot += Xc.shape[0]
+            s1 += Xc.sum(dim=0)
+        else:
+            wc = sample_weight[s].double()
+            tot += wc.sum()
+            s1 += wc @ Xc
+    if comm is not None:
+        comm.sum_(tot, s1)
+    if float(tot) == 0:
+        return 0.0, 0.0
+    mu = s1 / tot  # (d,)
+    M = torch.zeros(d, d, dtype=torch.float64, device=X.device)
+    for s in iter_chunks(n, rows):
+        Xc = X[s].double() - mu  # (b, d)
+        Xw = Xc if sample_weight is None else Xc * sample_weight[s].double().unsqueeze(1)
+        M.addmm_(Xw.T, Xc)
+    if comm is not None:
+        comm.sum_(M)
+    cov = M / tot  # (d, d)
+    mean_var = float(cov.diagonal().clamp(min=0).mean())
+    return mean_var, float(torch.linalg.eigvalsh(cov).max().clamp(min=0))
+
+
 def covariance_eigmax(X: Tensor, sample_weight: Tensor | None = None) -> float:
     """Largest eigenvalue of the (weighted, biased) covariance of the rows of ``X``."""
-    Xd = X.double()
-    if sample_weight is None:
-        w = torch.full((X.shape[0],), 1.0 / X.shape[0], dtype=torch.float64, device=X.device)
-    else:
-        w = sample_weight.double() / sample_weight.double().sum()
-    mu = w @ Xd  # (d,)
-    Xc = Xd - mu
-    cov = (Xc * w.unsqueeze(1)).T @ Xc  # (d, d)
-    return float(torch.linalg.eigvalsh(cov).max().clamp(min=0).item())
+    return covariance_spread(X, sample_weight)[1]
 
 
 def critical_temperature(

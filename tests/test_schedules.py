@@ -1,0 +1,99 @@
+"""Schedules: the covariance spread against NumPy, the ladder's properties, parameter errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rbfkmeans.schedules import (
+    covariance_eigmax,
+    covariance_spread,
+    critical_temperature,
+    critical_temperature_factor,
+    geometric_schedule,
+)
+
+
+def numpy_spread(X: np.ndarray, w: np.ndarray | None) -> tuple[float, float]:
+    cov = np.cov(X, rowvar=False, bias=True, aweights=w).reshape(X.shape[1], X.shape[1])
+    return float(np.trace(cov) / X.shape[1]), float(np.linalg.eigvalsh(cov).max())
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("chunk_size", [None, 1, 7])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_covariance_spread_matches_numpy(weighted: bool, chunk_size: int | None,
+                                         dtype: torch.dtype) -> None:
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(53, 4)) * np.array([3.0, 1.0, 0.5, 0.1]) + 100.0  # far from 0
+    w = rng.uniform(0.0, 2.0, size=53) if weighted else None
+    Xt = torch.as_tensor(X, dtype=dtype)
+    before = Xt.clone()
+    wt = None if w is None else torch.as_tensor(w, dtype=dtype)
+    mean_var, lam = covariance_spread(Xt, wt, chunk_size=chunk_size)
+    ref_var, ref_lam = numpy_spread(Xt.double().numpy(), None if w is None else wt.double().numpy())
+    # float64 accumulation: float32 input only loses what its own rounding lost
+    assert mean_var == pytest.approx(ref_var, rel=1e-10)
+    assert lam == pytest.approx(ref_lam, rel=1e-10)
+    assert covariance_eigmax(Xt, wt) == pytest.approx(ref_lam, rel=1e-10)
+    assert torch.equal(Xt, before)
+
+
+def test_covariance_spread_degenerate() -> None:
+    X = torch.ones(6, 3)
+    assert covariance_spread(X) == (0.0, 0.0)
+    assert covariance_spread(X, torch.zeros(6)) == (0.0, 0.0)  # no weight at all
+
+
+@pytest.mark.parametrize(("assignment", "factor"),
+                         [("softmax", 1.0), ("entmax15", 3.0), ("sparsemax", 9.0), ("hard", 0.0)])
+def test_critical_temperature(assignment: str, factor: float) -> None:
+    X = torch.as_tensor(np.random.default_rng(0).normal(size=(40, 3)) * [2.0, 1.0, 1.0])
+    lam = numpy_spread(X.numpy(), None)[1]
+    assert critical_temperature_factor(assignment, 9) == factor
+    assert critical_temperature(X, assignment, 9) == pytest.approx(factor * lam, rel=1e-12)
+    assert critical_temperature(X, assignment, 9, eigmax=2.0) == factor * 2.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    T_start=st.floats(1e-6, 1e6),
+    span=st.floats(1.0, 1e8),
+    ratio=st.floats(0.05, 0.99),
+)
+def test_geometric_schedule_properties(T_start: float, span: float, ratio: float) -> None:
+    T_end = T_start / span
+    temps = geometric_schedule(T_start, T_end, ratio)
+    assert temps[0] == T_start
+    assert temps[-1] == pytest.approx(T_end, rel=1e-9)
+    assert np.all(np.diff(temps) < 0)
+    assert np.all(temps >= T_end * (1 - 1e-9))
+    steps = temps[1:] / temps[:-1]
+    # every step is the ratio, except possibly the last one, which only lands on T_end
+    np.testing.assert_allclose(steps[:-1], ratio, rtol=1e-9)
+    assert np.all(steps >= ratio * (1 - 1e-9))
+    if span == 1.0:
+        assert len(temps) == 1
+    assert len(temps) <= math.ceil(math.log(span) / -math.log(ratio)) + 2
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [((1.0, 2.0, 0.5), "T_start"), ((1.0, 0.1, 1.0), "ratio"), ((1.0, 0.1, 0.0), "ratio"),
+     ((-1.0, 0.1, 0.5), "T_start"), ((1.0, math.nan, 0.5), "T_end")],
+)
+def test_geometric_schedule_errors(args: tuple[float, float, float], name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        geometric_schedule(*args)
+
+
+def test_factor_errors() -> None:
+    with pytest.raises(ValueError, match="assignment"):
+        critical_temperature_factor("softermax", 3)
+    with pytest.raises(ValueError, match="n_clusters"):
+        critical_temperature_factor("softmax", 0)
