@@ -84,6 +84,15 @@ def _fitted(est: rk.RBFKMeans) -> dict[str, Any]:
             "temperatures": est.temperatures_, "n_iter": est.n_iter_}
 
 
+def _swap_data() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Three blobs and a Lloyd start with two centroids in one blob, one between the others."""
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(3), N // 3 + 1)[:N]
+    X = np.array([[-20.0, 0.0], [10.0, 0.0], [20.0, 0.0]])[y] + rng.normal(size=(N, 2)) * 0.5
+    C0 = np.array([[-20.5, 0.0], [-19.5, 0.0], [15.0, 0.0]])
+    return X, np.linspace(0.5, 2.0, N), C0
+
+
 def _batches(X: np.ndarray, size: int = 50) -> list[np.ndarray]:
     return [X[i : i + size] for i in range(0, X.shape[0], size)]
 
@@ -223,7 +232,18 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
         Xf = torch.tensor([[5.0, 5.0]]) if rank == 0 else torch.empty(0, 2)
         return farthest_points(Xf, torch.zeros(1, 2), 3).numpy()
 
-    out.update(memmap_shard=memmap_shard, seed_none=seed_none, tiny_shard=tiny_shard,
+    def swaps() -> Any:  # the swap search reduces its costs, gains and trials over the ranks
+        from rbfkmeans.fitting import lloyd, swap_search
+
+        Xs, ws, C0 = _swap_data()
+        Xr, wr = torch.as_tensor(_part(Xs, rank)), torch.as_tensor(_part(ws, rank))
+        res = swap_search(Xr, lloyd(Xr, torch.as_tensor(C0), sample_weight=wr), sample_weight=wr,
+                          generator=torch.Generator().manual_seed(0))
+        return {"centers": res.C.numpy(), "inertia": res.inertia, "n_swaps": res.n_swaps,
+                "n_trials": res.n_trials, "n_iter": res.n_iter,
+                "labels": gather_rows(res.labels).numpy()}
+
+    out.update(swaps=swaps, memmap_shard=memmap_shard, seed_none=seed_none, tiny_shard=tiny_shard,
                relocation=relocation, callable_init=callable_init, float32=float32,
                too_few=too_few, nan_on_one_rank=nan_on_one_rank, widths_differ=widths_differ,
                random_init=random_init, batches=batches, ddp=ddp, broadcast=broadcast,
@@ -381,6 +401,24 @@ def test_edge_cases_match_single_process(
     for res in ranks:
         assert not isinstance(res[name], tuple), res[name]
         np.testing.assert_allclose(res[name]["centers"], ref.cluster_centers_, atol=1e-6)
+
+
+def test_swap_search_equals_single_process(ranks: list[dict[str, Any]]) -> None:
+    from rbfkmeans.fitting import lloyd, swap_search
+
+    X, w, C0 = _swap_data()
+    Xt, wt = torch.as_tensor(X), torch.as_tensor(w)
+    ref = swap_search(Xt, lloyd(Xt, torch.as_tensor(C0), sample_weight=wt), sample_weight=wt,
+                      generator=torch.Generator().manual_seed(0))
+    assert ref.n_swaps == 1
+    for res in ranks:
+        got = res["swaps"]
+        assert not isinstance(got, tuple), got
+        np.testing.assert_allclose(got["centers"], ref.C.numpy(), atol=1e-9)
+        assert got["inertia"] == pytest.approx(ref.inertia, rel=1e-9)
+        assert (got["n_swaps"], got["n_trials"], got["n_iter"]) == \
+            (ref.n_swaps, ref.n_trials, ref.n_iter)
+        np.testing.assert_array_equal(got["labels"], ref.labels.numpy())
 
 
 @pytest.mark.parametrize(

@@ -392,6 +392,7 @@ BAD_PARAMS: dict[str, Any] = {
     "stop_gap": float("inf"),
     "temperature": -0.5,
     "perturbation": float("nan"),
+    "max_swaps": -1,
     "solver": "adam",
     "optimizer": "adam",
     "chunk_size": 0,

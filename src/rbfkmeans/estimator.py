@@ -33,6 +33,7 @@ from ._validation import ASSIGNMENTS, check_temperature
 from .distances import chunk_rows, iter_chunks, row_norms_sq, sq_distances
 from .fitting import (
     Comm,
+    LloydResult,
     Stats,
     _empty_tol,
     anneal,
@@ -42,6 +43,7 @@ from .fitting import (
     lloyd,
     rebalance_duplicates,
     relocate_empty,
+    swap_search,
 )
 from .layer import KMeansLayer
 from .mappings import get_mapping, hardmax
@@ -88,6 +90,7 @@ _PARAMETERS: dict[str, tuple[str, Callable[[Any], bool]]] = {
         "None or a finite number >= 0", lambda v: v is None or (_is_real(v) and v >= 0)
     ),
     "perturbation": ("a finite number >= 0", lambda v: _is_real(v) and v >= 0),
+    "max_swaps": ("an integer >= 0", lambda v: _is_int(v) and v >= 0),
     "solver": ("'lloyd' or 'gradient'", lambda v: v in ("lloyd", "gradient")),
     "optimizer": ("None or a callable(params) -> torch.optim.Optimizer",
                   lambda v: v is None or callable(v)),
@@ -165,6 +168,13 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         Temperature of ``predict_proba`` and ``to_layer`` (default: the last one of the fit).
     perturbation : float, default 1e-4
         Symmetric-breaking noise added before each temperature, relative to ``sqrt(lambda_max)``.
+    max_swaps : int, default 10
+        After the hard polish of an annealed fit, at most this many swaps
+        (:func:`rbfkmeans.fitting.swap_search`): a centroid whose removal costs little is moved
+        to split the cluster whose split gains most, Lloyd runs from there, and the move is kept
+        only if ``J`` drops. It repairs a misallocation of centroids between regions that the
+        order of the splits can leave and no Lloyd step undoes. ``0`` turns it off. Not used
+        with ``assignment="hard"`` (plain Lloyd, as scikit-learn).
     solver : {"lloyd", "gradient"}, default "lloyd"
         ``"gradient"`` optimises the centroids of a :class:`KMeansLayer` with autograd on ``F_T``:
         with ``optimizer=None`` by the per-cluster step ``eta_j = 1/(2 N_j)`` (identical to
@@ -191,7 +201,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     inertia_ : float
         ``J`` at ``cluster_centers_`` (weighted).
     n_iter_ : int
-        Iterations run in total (soft and hard) by the best run.
+        Iterations run in total (soft, hard and those of the swap trials) by the best run.
+    n_swaps_ : int
+        Swaps kept by the best run (see ``max_swaps``).
     n_features_in_ : int
     temperatures_ : ndarray
         The temperatures actually run (the schedule, cut where the assignments became hard).
@@ -220,6 +232,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         stop_gap: float = 1e-4,
         temperature: float | None = None,
         perturbation: float = 1e-4,
+        max_swaps: int = 10,
         solver: str = "lloyd",
         optimizer: Callable[..., torch.optim.Optimizer] | None = None,
         chunk_size: int | None = None,
@@ -241,6 +254,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self.stop_gap = stop_gap
         self.temperature = temperature
         self.perturbation = perturbation
+        self.max_swaps = max_swaps
         self.solver = solver
         self.optimizer = optimizer
         self.chunk_size = chunk_size
@@ -449,6 +463,16 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             Xt, C, sample_weight=w, max_iter=self.max_iter, tol=polish_tol, X_sq=X_sq,
             chunk_size=self.chunk_size, comm=comm,
         )
+        n_hard_iter, n_swaps = hard.n_iter, 0
+        if self.assignment != "hard" and self.max_swaps > 0:
+            swapped = swap_search(
+                Xt, hard, sample_weight=w, max_swaps=self.max_swaps, max_iter=self.max_iter,
+                X_sq=X_sq, chunk_size=self.chunk_size, comm=comm, generator=gen,
+            )
+            n_hard_iter += swapped.n_iter
+            n_swaps = swapped.n_swaps
+            hard = LloydResult(swapped.C, swapped.labels, swapped.inertia, hard.n_iter,
+                               swapped.converged)
         if not hard.converged and self.assignment != "hard" and comm.rank == 0:
             warnings.warn(
                 f"the hard Lloyd polish did not settle in max_iter={self.max_iter} iterations; "
@@ -458,7 +482,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             )
         return {
             "C": hard.C, "labels": hard.labels, "inertia": hard.inertia,
-            "n_iter": n_soft_iter + hard.n_iter, "temperatures": temps, "history": history,
+            "n_iter": n_soft_iter + n_hard_iter, "n_swaps": n_swaps, "temperatures": temps,
+            "history": history,
         }
 
     def _set_fitted(self, best: dict[str, Any], X: np.ndarray, warn: bool = True) -> None:
@@ -466,6 +491,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self.labels_ = _np(best["labels"]).astype(np.int64)
         self.inertia_ = float(best["inertia"])
         self.n_iter_ = int(best["n_iter"])
+        self.n_swaps_ = int(best.get("n_swaps", 0))
         self.temperatures_ = np.asarray(best["temperatures"], dtype=np.float64)
         self.temperature_ = float(self.temperatures_[-1]) if self.temperatures_.size else 0.0
         self.history_ = best["history"]

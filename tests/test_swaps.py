@@ -1,0 +1,177 @@
+"""Swap search: the removal costs and split gains against brute force, the repair of a
+misallocated Lloyd fixed point, and its invariants (J never rises, a Lloyd fixed point results,
+weights act as repeated rows)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.spatial.distance import cdist
+from sklearn.metrics import adjusted_rand_score
+
+from rbfkmeans import RBFKMeans
+from rbfkmeans.fitting import lloyd, swap_costs, swap_search
+
+
+def inertia(X: np.ndarray, C: np.ndarray, w: np.ndarray | None = None) -> float:
+    d = cdist(X, C, "sqeuclidean").min(axis=1)
+    return float(d.sum() if w is None else d @ w)
+
+
+def three_blobs(seed: int = 0, n: int = 60) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Blobs A, B, C and a Lloyd fixed point with two centroids in A and one between B and C."""
+    rng = np.random.default_rng(seed)
+    centres = np.array([[-20.0, 0.0], [10.0, 0.0], [20.0, 0.0]])
+    y = np.repeat(np.arange(3), n)
+    X = centres[y] + rng.normal(scale=0.5, size=(3 * n, 2))
+    A = X[y == 0]
+    left = A[:, 0] < A[:, 0].mean()
+    C0 = np.stack([A[left].mean(0), A[~left].mean(0), X[y > 0].mean(0)])
+    return X, y, C0
+
+
+def test_lloyd_keeps_the_misallocation() -> None:
+    X, y, C0 = three_blobs()
+    res = lloyd(torch.as_tensor(X), torch.as_tensor(C0))
+    assert res.converged
+    C = res.C.numpy()
+    assert (C[:2, 0] < -15).all()
+    assert 14 < C[2, 0] < 16
+    means = np.stack([X[y == c].mean(0) for c in range(3)])
+    assert res.inertia > 20 * inertia(X, means)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_swap_search_repairs_a_misallocation(dtype: torch.dtype) -> None:
+    X, y, C0 = three_blobs()
+    Xt = torch.as_tensor(X, dtype=dtype)
+    start = lloyd(Xt, torch.as_tensor(C0, dtype=dtype))
+    out = swap_search(Xt, start, generator=torch.Generator().manual_seed(0))
+    means = np.stack([X[y == c].mean(0) for c in range(3)])
+    assert out.n_swaps == 1
+    assert out.converged
+    assert adjusted_rand_score(y, out.labels.numpy()) == 1.0
+    # float32 distances come from ||x||^2 - 2 x.c + ||c||^2 at coordinates ~20: ~1e-4 relative
+    assert out.inertia == pytest.approx(inertia(X, means), rel=1e-9 if dtype == torch.float64
+                                        else 3e-4)
+    assert out.inertia < 0.05 * start.inertia
+    np.testing.assert_allclose(np.sort(out.C.double().numpy(), axis=0), np.sort(means, axis=0),
+                               atol=1e-4)
+
+
+def test_swap_search_keeps_an_optimum() -> None:
+    X, y, _ = three_blobs(1)
+    means = np.stack([X[y == c].mean(0) for c in range(3)])
+    Xt = torch.as_tensor(X)
+    start = lloyd(Xt, torch.as_tensor(means))
+    out = swap_search(Xt, start, generator=torch.Generator().manual_seed(0))
+    assert out.n_swaps == 0
+    assert out.n_trials == 0
+    assert out.inertia == start.inertia
+    assert torch.equal(out.C, start.C)
+
+
+def brute_removal(X: np.ndarray, C: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return np.array([inertia(X, np.delete(C, a, 0), w) - inertia(X, C, w)
+                     for a in range(len(C))])
+
+
+@pytest.mark.parametrize("chunk_size", [None, 7])
+def test_swap_costs_against_brute_force(chunk_size: int | None) -> None:
+    rng = np.random.default_rng(4)
+    # three elongated clusters: a clear principal axis each, so the power iteration settles
+    centres = np.array([[0.0, 0.0, 0.0], [15.0, 0.0, 0.0], [0.0, 15.0, 0.0]])
+    y = np.repeat(np.arange(3), 40)
+    X = centres[y] + rng.normal(size=(120, 3)) * np.array([3.0, 0.5, 0.2])
+    w = rng.uniform(0.5, 2.0, size=120)
+    Xt, wt = torch.as_tensor(X), torch.as_tensor(w)
+    start = lloyd(Xt, torch.as_tensor(centres), sample_weight=wt)
+    C, labels = start.C.numpy(), start.labels.numpy()
+    removal, gain, halves = swap_costs(Xt, start.C, start.labels, sample_weight=wt,
+                                       chunk_size=chunk_size,
+                                       generator=torch.Generator().manual_seed(1))
+    np.testing.assert_allclose(removal.numpy(), brute_removal(X, C, w), rtol=1e-10)
+    for j in range(3):
+        Xj, wj = X[labels == j], w[labels == j]
+        Y = Xj - C[j]
+        _, vecs = np.linalg.eigh((Y * wj[:, None]).T @ Y)
+        side = Y @ vecs[:, -1] > 0
+        parts = [Xj[side == s] for s in (False, True)]
+        pw = [wj[side == s] for s in (False, True)]
+        m = [np.average(p, axis=0, weights=q) for p, q in zip(parts, pw, strict=True)]
+        ss = [((p - mm) ** 2).sum(1) @ q for p, mm, q in zip(parts, m, pw, strict=True)]
+        total = ((Xj - np.average(Xj, axis=0, weights=wj)) ** 2).sum(1) @ wj
+        assert gain[j].item() == pytest.approx(total - ss[0] - ss[1], rel=1e-8)
+        # the halves are those means (in either order: the axis sign is arbitrary)
+        got = halves[j].numpy()
+        assert (np.allclose(got, m, atol=1e-10) or np.allclose(got[::-1], m, atol=1e-10))
+
+
+def test_swap_costs_of_a_single_point_cluster() -> None:
+    X = torch.tensor([[0.0, 0.0], [0.0, 1.0], [5.0, 5.0]], dtype=torch.float64)
+    start = lloyd(X, torch.tensor([[0.0, 0.5], [5.0, 5.0]], dtype=torch.float64))
+    removal, gain, halves = swap_costs(X, start.C, start.labels)
+    assert gain[1].item() == 0.0  # one point: nothing to split
+    assert gain[0].item() == pytest.approx(0.5)  # two points 1 apart: 2 * 0.25 -> 0
+    assert torch.isfinite(halves).all()
+    assert removal[1].item() == pytest.approx(25.0 + 20.25 - 0.0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(2, 5), weighted=st.booleans())
+def test_swap_search_never_raises_j_and_ends_at_a_fixed_point(seed: int, k: int,
+                                                              weighted: bool) -> None:
+    rng = np.random.default_rng(seed)
+    X = np.concatenate([rng.normal(loc, 1.0, size=(15, 2)) for loc in rng.uniform(-8, 8, (4, 2))])
+    w = torch.as_tensor(rng.uniform(0.1, 3.0, size=len(X))) if weighted else None
+    Xt = torch.as_tensor(X)
+    X_before = Xt.clone()
+    start = lloyd(Xt, Xt[rng.choice(len(X), k, replace=False)], sample_weight=w)
+    out = swap_search(Xt, start, sample_weight=w, slack=1.0,
+                      generator=torch.Generator().manual_seed(seed))
+    assert out.inertia <= start.inertia
+    assert out.n_swaps <= out.n_trials
+    again = lloyd(Xt, out.C, sample_weight=w, max_iter=1)
+    assert torch.equal(again.labels, out.labels)  # labels settled: a Lloyd fixed point
+    np.testing.assert_allclose(again.C.numpy(), out.C.numpy(), atol=1e-12)
+    wn = None if w is None else w.numpy()
+    assert out.inertia == pytest.approx(inertia(X, out.C.numpy(), wn), rel=1e-10)
+    assert torch.equal(Xt, X_before)
+
+
+def test_weights_equal_repeated_rows() -> None:
+    X, _, C0 = three_blobs(2, n=20)
+    reps = np.random.default_rng(0).integers(1, 4, size=len(X))
+    gen = lambda: torch.Generator().manual_seed(3)  # noqa: E731
+    Xw = torch.as_tensor(X)
+    w = torch.as_tensor(reps.astype(np.float64))
+    a = swap_search(Xw, lloyd(Xw, torch.as_tensor(C0), sample_weight=w), sample_weight=w,
+                    generator=gen())
+    Xr = torch.as_tensor(np.repeat(X, reps, axis=0))
+    b = swap_search(Xr, lloyd(Xr, torch.as_tensor(C0)), generator=gen())
+    assert a.n_swaps == b.n_swaps == 1
+    assert a.inertia == pytest.approx(b.inertia, rel=1e-10)
+    np.testing.assert_allclose(a.C.numpy(), b.C.numpy(), atol=1e-10)
+
+
+def test_estimator_swaps_only_lower_the_inertia() -> None:
+    # overlapping blobs where the order of the splits matters
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(c, 1.0, size=(40, 2)) for c in rng.uniform(-6, 6, (8, 2))])
+    for seed in range(3):
+        on = RBFKMeans(8, random_state=seed).fit(X)
+        off = RBFKMeans(8, random_state=seed, max_swaps=0).fit(X)
+        assert off.n_swaps_ == 0
+        assert on.inertia_ <= off.inertia_
+        assert on.inertia_ == pytest.approx(inertia(X, on.cluster_centers_), rel=1e-10)
+        assert (on.n_swaps_ > 0) == (on.inertia_ < off.inertia_)
+
+
+def test_hard_assignment_never_swaps() -> None:
+    X, _, C0 = three_blobs()
+    est = RBFKMeans(3, assignment="hard", init=C0, n_init=1).fit(X)
+    assert est.n_swaps_ == 0
+    assert est.inertia_ > 20 * RBFKMeans(3, random_state=0).fit(X).inertia_  # stays misallocated
