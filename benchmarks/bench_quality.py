@@ -9,7 +9,8 @@ the seeds show how much the outcome depends on it. Also the spread of single k-m
 (``n_init=1`` over ten seeds): how often plain Lloyd lands in a poorer local minimum.
 
 Run by hand: ``python benchmarks/bench_quality.py``; writes ``benchmarks/results/quality.json``
-(or ``--out``).
+(or ``--out``). ``--max-swaps 0`` measures annealing and the Lloyd polish without the swap
+search (``benchmarks/results/quality_no_swaps.json``).
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated random states")
     parser.add_argument("--assignments", default="entmax15,softmax")
     parser.add_argument("--only", default=None, help="substring of the dataset names to run")
+    parser.add_argument("--max-swaps", type=int, default=None,
+                        help="RBFKMeans(max_swaps=...); 0 shows annealing and polish alone")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -90,13 +93,14 @@ def main() -> None:
         for a in assignments:
             runs = []
             for s, ref in zip(seeds, row["sklearn_n_init10"], strict=True):
-                est, t = timed(lambda X=X, k=k, a=a, s=s: RBFKMeans(
-                    k, assignment=a, random_state=s).fit(X))
+                extra = {} if args.max_swaps is None else {"max_swaps": args.max_swaps}
+                est, t = timed(lambda X=X, k=k, a=a, s=s, extra=extra: RBFKMeans(
+                    k, assignment=a, random_state=s, **extra).fit(X))
                 runs.append({
                     "inertia": float(est.inertia_), "seconds": t,
                     "inertia_ratio": float(est.inertia_ / ref["inertia"]),
                     "time_ratio": t / ref["seconds"], "temperatures": len(est.temperatures_),
-                    "n_iter": int(est.n_iter_),
+                    "n_iter": int(est.n_iter_), "n_swaps": int(est.n_swaps_),
                 })
             ratios = [r["inertia_ratio"] for r in runs]
             row[f"rbfkmeans_{a}"] = {
@@ -116,7 +120,8 @@ def main() -> None:
         print(f"{name:26s} " + " | ".join(parts) + " | single runs worst/best "
               f"{max(singles) / min(singles):.4f}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"threads": args.threads, "rows": rows}, indent=2))
+    args.out.write_text(json.dumps({"threads": args.threads, "max_swaps": args.max_swaps,
+                                    "rows": rows}, indent=2))
     print(f"written to {args.out}")
 
 

@@ -749,7 +749,7 @@ def swap_search(
     sample_weight: Tensor | None = None,
     max_swaps: int = 10,
     n_candidates: int = 3,
-    slack: float = 0.02,
+    slack: float = 0.1,
     max_iter: int = 300,
     X_sq: Tensor | None = None,
     chunk_size: int | None = None,

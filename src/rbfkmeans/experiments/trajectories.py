@@ -2,7 +2,8 @@ r"""Claim 9: centroid paths through the annealing, one per dataset and mapping.
 
 ``RBFKMeans(assignment=m, cooling=anneal_cooling)`` is fitted on each dataset: it starts every
 centroid at the data mean above the first critical temperature, cools geometrically, iterates the
-soft-Lloyd fixed point at each temperature (warm-started) and finishes with a hard Lloyd polish.
+soft-Lloyd fixed point at each temperature (warm-started) and finishes with a hard Lloyd polish
+and the swap search (a swap is kept only when it lowers J).
 Its ``history_`` holds the centroids at each temperature: the path. The final inertia is compared
 with the best of the k-means++ Lloyd runs (``J*``) and with scikit-learn's ``KMeans(n_init=10)``.
 """
