@@ -58,9 +58,24 @@ def test_fit_csv(tmp_path: Path, capsys, header: str | None) -> None:
     np.testing.assert_array_equal(C, est.cluster_centers_)
     assert src.read_bytes() == before
     for field in ("n=60", "d=2", "k=3", f"inertia={est.inertia_:.6g}",
-                  f"iterations={est.n_iter_}", "time=", f"temperatures={est.temperatures_.size}"):
+                  f"iterations={est.n_iter_}", f"swaps={est.n_swaps_}", "time=",
+                  f"temperatures={est.temperatures_.size}"):
         assert field in out
     assert len(out.splitlines()) <= 4
+
+
+def test_max_swaps_is_passed_on(tmp_path: Path, capsys) -> None:
+    from sklearn.datasets import load_digits
+
+    pts = load_digits().data[::2]  # 899 x 64: the default k=30 fit keeps a swap here
+    src = write_csv(tmp_path / "digits.csv", pts, None)
+    fits = {s: RBFKMeans(30, random_state=0, max_swaps=s).fit(pts) for s in (0, 10)}
+    assert fits[10].n_swaps_ > 0
+    assert fits[10].inertia_ < fits[0].inertia_
+    for swaps, est in fits.items():
+        out = run_ok(["fit", str(src), "-k", "30", "--max-swaps", str(swaps)], capsys)
+        assert f"inertia={est.inertia_:.6g}" in out
+        assert f"swaps={est.n_swaps_}" in out
 
 
 def test_outputs_default_next_to_the_input(tmp_path: Path, capsys) -> None:
@@ -148,6 +163,7 @@ def test_bad_csv_exits_2_with_one_line(tmp_path: Path, capsys, name: str) -> Non
         (None, ["-k", "2"], "missing.csv: no such file"),
         ("csv", ["-k", "61"], "n_samples=60 should be >= n_clusters=61"),
         ("csv", ["-k", "0"], "n_clusters must be an integer >= 1; got 0"),
+        ("csv", ["-k", "2", "--max-swaps", "-1"], "max_swaps must be an integer >= 0; got -1"),
         ("3d", ["-k", "2"], "expected a 2-D array (n, d); got shape (2, 3, 4)"),
         ("str", ["-k", "2"], "expected an integer or float array; got dtype <U1"),
         ("npynan", ["-k", "2"], "row 1, column 0: nan is not finite"),

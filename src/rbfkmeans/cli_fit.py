@@ -50,6 +50,8 @@ def add_fit_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (created if needed; default: the input's folder)")
     p.add_argument("--random-state", type=int, default=0, help="seed (default: 0)")
+    p.add_argument("--max-swaps", type=int, default=10,
+                   help="swaps after an annealed fit, at most (default 10; 0: none)")
     p.add_argument("--delimiter", default=None,
                    help="CSV field separator (default ',', tab for .tsv; 'tab' for a tab)")
     p.add_argument("-v", "--verbose", action="store_true", help="progress bar over temperatures")
@@ -181,7 +183,8 @@ def run_fit(args: argparse.Namespace) -> int:
         from .estimator import RBFKMeans
 
         est = RBFKMeans(args.n_clusters, assignment=args.assignment,
-                        random_state=args.random_state, verbose=int(args.verbose))
+                        random_state=args.random_state, max_swaps=args.max_swaps,
+                        verbose=int(args.verbose))
         t0 = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -212,8 +215,8 @@ def run_fit(args: argparse.Namespace) -> int:
     temps = (f"{T.size} (T {T[0]:.4g} -> {T[-1]:.4g})" if T.size
              else "0 (plain Lloyd)")
     print(f"{args.file}: n={n} d={d} k={k} assignment={args.assignment}")
-    print(f"  inertia={est.inertia_:.6g} iterations={est.n_iter_} time={seconds:.2f}s "
-          f"temperatures={temps}")
+    print(f"  inertia={est.inertia_:.6g} iterations={est.n_iter_} swaps={est.n_swaps_} "
+          f"time={seconds:.2f}s temperatures={temps}")
     print("  wrote " + ", ".join(str(p) for p in written))
     return 0
 
