@@ -35,6 +35,7 @@ from .fitting import (
     Comm,
     LloydResult,
     Stats,
+    SwapResult,
     _empty_tol,
     anneal,
     cluster_stats,
@@ -467,16 +468,15 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             chunk_size=self.chunk_size, comm=comm,
         )
         n_hard_iter, n_swaps = hard.n_iter, 0
+        final: LloydResult | SwapResult = hard
         if self.assignment != "hard" and self.max_swaps > 0:
-            swapped = swap_search(
+            final = swap_search(
                 Xt, hard, sample_weight=w, max_swaps=self.max_swaps, max_iter=self.max_iter,
                 X_sq=X_sq, chunk_size=self.chunk_size, comm=comm, generator=gen,
             )
-            n_hard_iter += swapped.n_iter
-            n_swaps = swapped.n_swaps
-            hard = LloydResult(swapped.C, swapped.labels, swapped.inertia, hard.n_iter,
-                               swapped.converged)
-        if not hard.converged and self.assignment != "hard" and comm.rank == 0:
+            n_hard_iter += final.n_iter
+            n_swaps = final.n_swaps
+        if not final.converged and self.assignment != "hard" and comm.rank == 0:
             warnings.warn(
                 f"the hard Lloyd polish did not settle in max_iter={self.max_iter} iterations; "
                 "increase max_iter",
@@ -484,7 +484,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 stacklevel=4,
             )
         return {
-            "C": hard.C, "labels": hard.labels, "inertia": hard.inertia,
+            "C": final.C, "labels": final.labels, "inertia": final.inertia,
             "n_iter": n_soft_iter + n_hard_iter, "n_swaps": n_swaps, "temperatures": temps,
             "history": history,
         }
