@@ -31,6 +31,7 @@ bench: venv
 	$(BIN)/python benchmarks/bench_mappings.py
 	$(BIN)/python benchmarks/bench_iterations.py
 	$(BIN)/python benchmarks/bench_quality.py
+	$(BIN)/python benchmarks/bench_blobs.py
 	$(BIN)/python benchmarks/bench_scale.py
 
 clean:
