@@ -5,7 +5,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv report test lint bench clean
+.PHONY: venv report test lint docs bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,11 @@ lint: venv
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
 
+# the documentation site with the API reference from the docstrings, into ./site
+docs: venv
+	$(BIN)/pip install -q -e ".[docs]"
+	$(BIN)/mkdocs build --strict --site-dir site
+
 bench: venv
 	$(BIN)/pip install -q -e ".[bench]"
 	$(BIN)/python benchmarks/bench_mappings.py
@@ -35,4 +40,4 @@ bench: venv
 	$(BIN)/python benchmarks/bench_scale.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) build dist site *.egg-info
