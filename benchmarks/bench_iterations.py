@@ -28,7 +28,7 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 
 from rbfkmeans import RBFKMeans
-from rbfkmeans.fitting import cluster_stats
+from rbfkmeans.passes import Data, cluster_stats
 from rbfkmeans.schedules import critical_temperature
 
 RESULTS = Path(__file__).parent / "results" / "iterations.json"
@@ -63,7 +63,6 @@ def main() -> None:
     rng = np.random.default_rng(0)
     Cn = Xn[rng.choice(args.n, args.k, replace=False)].copy()
     C = torch.from_numpy(Cn)
-    X_sq = (X * X).sum(1)
     results: dict[str, Any] = {
         "workload": {"n": args.n, "d": args.d, "k": args.k, "dtype": "float32",
                      "threads": args.threads},
@@ -75,9 +74,11 @@ def main() -> None:
 
     sec["floor_matmul"] = timeit(lambda: X @ C.T)
 
+    data = Data(X)  # the pass context: row norms computed once, as in a fit
+
     def ours(T: float, assignment: str) -> Callable[[], Any]:
         def step() -> Any:
-            st = cluster_stats(X, C, T, assignment, X_sq=X_sq, return_labels=assignment == "hard",
+            st = cluster_stats(data, C, T, assignment, return_labels=assignment == "hard",
                                objective=False)  # the solvers' inner iteration
             return st.S / st.N.clamp(min=1e-12).unsqueeze(1)
         return step

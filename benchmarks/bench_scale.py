@@ -1,7 +1,7 @@
 """Scale: throughput of one vs two processes under torch.distributed, and peak memory against n.
 
 Throughput (workload W: ``make_blobs`` n=200,000, d=32, k=64, float32). One clustering iteration
-is one :func:`~rbfkmeans.fitting.cluster_stats` pass (all-reduced over the ranks) plus the update
+is one :func:`~rbfkmeans.passes.cluster_stats` pass (all-reduced over the ranks) plus the update
 ``c_j <- S_j / N_j``; it is timed for hard, softmax and entmax-1.5 memberships, and a whole
 annealed fit (entmax-1.5, the default) is timed too, in three layouts, each in fresh processes:
 
@@ -48,8 +48,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import rbfkmeans as rk
+from rbfkmeans.comm import Comm
 from rbfkmeans.distributed import process_group, shard
-from rbfkmeans.fitting import Comm, cluster_stats
+from rbfkmeans.passes import Data, cluster_stats
 
 RESULTS = Path(__file__).parent / "results" / "scale.json"
 MB = 1 << 20
@@ -72,10 +73,11 @@ def _iteration_seconds(X: torch.Tensor, C: torch.Tensor, assignment: str, T: flo
                        comm: Comm, repeat: int) -> float:
     """Median over ``repeat`` of one pass + update; the slowest rank's time (max over ranks)."""
     times = []
+    data = Data(X, comm=comm)
     for rep in range(repeat + 1):
         comm.sum_(torch.zeros(1))  # line the ranks up
         t0 = time.perf_counter()
-        st = cluster_stats(X, C, T, assignment, comm=comm)
+        st = cluster_stats(data, C, T, assignment)
         _ = st.S / st.N.clamp(min=1e-12).unsqueeze(1)
         dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
         if comm.active:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from rbfkmeans import KMeansLayer, RBFKMeans
+from rbfkmeans.assignments import get_mapping
 from rbfkmeans.cli import main
 from rbfkmeans.deep import (
     DeepClusterer,
@@ -27,7 +28,6 @@ from rbfkmeans.deep import (
     mlp_autoencoder,
     self_training_targets,
 )
-from rbfkmeans.mappings import get_mapping
 
 MAPPINGS = ("softmax", "entmax15", "sparsemax")
 

@@ -227,17 +227,23 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
         return {"warnings": [str(w.message) for w in caught], "stderr": err.getvalue()}
 
     def farthest() -> Any:  # fewer candidate rows in all than asked for: no padding rows
-        from rbfkmeans.fitting import farthest_points
+        from rbfkmeans.comm import Comm
+        from rbfkmeans.lloyd import farthest_points
+        from rbfkmeans.passes import Data
 
         Xf = torch.tensor([[5.0, 5.0]]) if rank == 0 else torch.empty(0, 2)
-        return farthest_points(Xf, torch.zeros(1, 2), 3).numpy()
+        return farthest_points(Data(Xf, comm=Comm.auto()), torch.zeros(1, 2), 3).numpy()
 
     def swaps() -> Any:  # the swap search reduces its costs, gains and trials over the ranks
-        from rbfkmeans.fitting import lloyd, swap_search
+        from rbfkmeans.comm import Comm
+        from rbfkmeans.lloyd import lloyd
+        from rbfkmeans.passes import Data
+        from rbfkmeans.swaps import swap_search
 
         Xs, ws, C0 = _swap_data()
         Xr, wr = torch.as_tensor(_part(Xs, rank)), torch.as_tensor(_part(ws, rank))
-        res = swap_search(Xr, lloyd(Xr, torch.as_tensor(C0), sample_weight=wr), sample_weight=wr,
+        data = Data(Xr, wr, comm=Comm.auto())
+        res = swap_search(data, lloyd(data, torch.as_tensor(C0)),
                           generator=torch.Generator().manual_seed(0))
         return {"centers": res.C.numpy(), "inertia": res.inertia, "n_swaps": res.n_swaps,
                 "n_trials": res.n_trials, "n_iter": res.n_iter,
@@ -404,11 +410,13 @@ def test_edge_cases_match_single_process(
 
 
 def test_swap_search_equals_single_process(ranks: list[dict[str, Any]]) -> None:
-    from rbfkmeans.fitting import lloyd, swap_search
+    from rbfkmeans.lloyd import lloyd
+    from rbfkmeans.passes import Data
+    from rbfkmeans.swaps import swap_search
 
     X, w, C0 = _swap_data()
-    Xt, wt = torch.as_tensor(X), torch.as_tensor(w)
-    ref = swap_search(Xt, lloyd(Xt, torch.as_tensor(C0), sample_weight=wt), sample_weight=wt,
+    data = Data(torch.as_tensor(X), torch.as_tensor(w))
+    ref = swap_search(data, lloyd(data, torch.as_tensor(C0)),
                       generator=torch.Generator().manual_seed(0))
     assert ref.n_swaps == 1
     for res in ranks:

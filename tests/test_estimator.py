@@ -26,7 +26,7 @@ from sklearn.metrics import adjusted_rand_score
 import rbfkmeans.estimator as est_mod
 from rbfkmeans import KMeansLayer, RBFKMeans
 from rbfkmeans.estimator import _PARAMETERS
-from rbfkmeans.fitting import gradient_step
+from rbfkmeans.gradient import gradient_step
 
 entmax = pytest.importorskip("entmax")
 
@@ -182,9 +182,9 @@ def test_hard_string_init_runs_sklearn_lloyd_from_its_seeds(init: str, monkeypat
     starts: list[np.ndarray] = []
     real = est_mod.lloyd
 
-    def spy(Xt, C0, **kw):
+    def spy(data, C0, **kw):
         starts.append(C0.detach().numpy().copy())
-        return real(Xt, C0, **kw)
+        return real(data, C0, **kw)
 
     monkeypatch.setattr(est_mod, "lloyd", spy)
     est = RBFKMeans(6, assignment="hard", init=init, random_state=0).fit(X)

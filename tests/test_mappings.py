@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from torch.autograd import gradcheck, gradgradcheck
 
 import rbfkmeans as rk
+from rbfkmeans import assignments as A
 from rbfkmeans import mappings as M
 
 entmax = pytest.importorskip("entmax")
@@ -106,8 +107,8 @@ def test_ties_and_non_contiguous_input(name: str) -> None:
 def test_input_not_modified(name: str) -> None:
     z = scores(0, (20, 7), 2.0)
     before = z.clone()
-    M.get_mapping(name)(z)
-    M.get_mapping(name)(z, dim=0)
+    A.get_mapping(name)(z)
+    A.get_mapping(name)(z, dim=0)
     assert torch.equal(z, before)
 
 
@@ -127,7 +128,7 @@ def away_from_kinks(name: str, z: torch.Tensor, dim: int) -> bool:
 @pytest.mark.parametrize("name", ["entmax15", "sparsemax", "softmax"])
 @pytest.mark.parametrize(("shape", "dim"), [((6, 5), -1), ((6, 5), 0), ((3, 4, 5), 1)])
 def test_gradcheck_float64(name: str, shape: tuple[int, ...], dim: int) -> None:
-    fn = M.get_mapping(name)
+    fn = A.get_mapping(name)
     for seed in range(20):
         z = scores(seed, shape, 1.5).requires_grad_()
         if away_from_kinks(name, z.detach(), dim):
@@ -141,7 +142,7 @@ def test_gradcheck_float64(name: str, shape: tuple[int, ...], dim: int) -> None:
 @pytest.mark.parametrize("dim", [-1, 0])
 def test_gradgradcheck_float64(name: str, dim: int) -> None:
     """Second derivatives (``create_graph=True``) differentiate the closed-form backward."""
-    fn = M.get_mapping(name)
+    fn = A.get_mapping(name)
     for seed in range(20):
         z = scores(seed, (6, 5), 1.5).requires_grad_()
         if away_from_kinks(name, z.detach(), dim):
@@ -184,7 +185,7 @@ rows = st.lists(
 @given(values=rows, name=st.sampled_from(["softmax", "entmax15", "sparsemax", "hard"]))
 def test_rows_on_simplex_and_argmax_kept(values: list[float], name: str) -> None:
     z = torch.tensor(values, dtype=torch.float64)
-    p = M.get_mapping(name)(z)
+    p = A.get_mapping(name)(z)
     assert bool((p >= 0).all())
     assert bool(torch.isfinite(p).all())
     assert abs(float(p.sum()) - 1.0) < 1e-9
@@ -233,7 +234,7 @@ def test_cold_float32_exactly_one_hot(name: str, T: float) -> None:
     z = -D / (2 * T)
     assert z.dtype == torch.float32
     assert float(z.abs().min()) >= 2e7
-    p = M.get_mapping(name)(z)
+    p = A.get_mapping(name)(z)
     assert bool(torch.isfinite(p).all())
     assert bool((p.sum(-1) == 1).all())
     assert torch.equal(p.argmax(-1), D.argmin(-1))
@@ -256,7 +257,7 @@ INF = float("inf")
 
 @pytest.mark.parametrize("name", ["softmax", "entmax15", "sparsemax"])
 def test_minus_inf_is_padding(name: str) -> None:
-    fn = M.get_mapping(name)
+    fn = A.get_mapping(name)
     z = scores(4, (10, 6), 1.0)
     padded = torch.cat([z[:, :2], torch.full((10, 3), -INF, dtype=z.dtype), z[:, 2:]], dim=1)
     p = fn(padded)
@@ -273,7 +274,7 @@ def test_minus_inf_is_padding(name: str) -> None:
 def test_all_minus_inf_row_is_uniform(name: str) -> None:
     """Documented choice: a row with no finite score has no preference, so it is uniform (the
     limit of equal scores); other rows are untouched, nothing is NaN (gradients included)."""
-    fn = M.get_mapping(name)
+    fn = A.get_mapping(name)
     z = torch.tensor([[-INF, -INF, -INF, -INF], [0.0, 1.0, -INF, 3.0]])
     p = fn(z)
     torch.testing.assert_close(p[0], torch.full((4,), 0.25), rtol=0, atol=1e-6)
@@ -286,7 +287,7 @@ def test_all_minus_inf_row_is_uniform(name: str) -> None:
 @pytest.mark.parametrize("name", ["softmax", "entmax15", "sparsemax"])
 def test_plus_inf_and_nan(name: str) -> None:
     """+inf entries share the mass evenly; NaN propagates to its own row only."""
-    fn = M.get_mapping(name)
+    fn = A.get_mapping(name)
     z = torch.tensor(
         [[1.0, INF, 2.0, INF], [0.0, INF, -INF, 5.0], [float("nan"), 1.0, 2.0, 3.0], [0, 1, 2, 3]]
     )
@@ -304,7 +305,7 @@ def test_plus_inf_and_nan(name: str) -> None:
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_computed_in_float32(name: str, dtype: torch.dtype) -> None:
-    fn = M.get_mapping(name)
+    fn = A.get_mapping(name)
     z32 = scores(6, (200, 16), 3.0, torch.float32)
     for z in (z32.to(dtype), (z32 * 1e4).to(dtype), torch.full((3, 16), -INF, dtype=dtype)):
         p = fn(z)
@@ -373,17 +374,17 @@ def test_in_place_rejects_bad_buffers(name: str) -> None:
 
 
 def test_get_mapping_names_parameter_and_value() -> None:
-    assert M.get_mapping("entmax15") is rk.entmax15
-    assert set(M.MAPPINGS) == {"softmax", "entmax15", "sparsemax", "hard"}
+    assert A.get_mapping("entmax15") is rk.entmax15
+    assert set(A.ASSIGNMENTS) == {"softmax", "entmax15", "sparsemax", "hard"}
     with pytest.raises(ValueError, match=r"name must be one of .*'entmax15'.*; got 'entmax'"):
-        M.get_mapping("entmax")
+        A.get_mapping("entmax")
     with pytest.raises(ValueError, match=r"name must be one of .*; got 3"):
-        M.get_mapping(3)  # type: ignore[arg-type]
+        A.get_mapping(3)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("name", ALL)
 def test_dim_errors(name: str) -> None:
-    fn = M.get_mapping(name)
+    fn = A.get_mapping(name)
     z = torch.zeros(3, 4)
     for dim in (2, -3, 5):
         with pytest.raises(ValueError, match=rf"dim={dim} is out of range .* shape \(3, 4\)"):

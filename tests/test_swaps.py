@@ -13,7 +13,9 @@ from scipy.spatial.distance import cdist
 from sklearn.metrics import adjusted_rand_score
 
 from rbfkmeans import RBFKMeans
-from rbfkmeans.fitting import lloyd, swap_costs, swap_search
+from rbfkmeans.lloyd import lloyd
+from rbfkmeans.passes import Data
+from rbfkmeans.swaps import swap_costs, swap_search
 
 
 def inertia(X: np.ndarray, C: np.ndarray, w: np.ndarray | None = None) -> float:
@@ -35,7 +37,7 @@ def three_blobs(seed: int = 0, n: int = 60) -> tuple[np.ndarray, np.ndarray, np.
 
 def test_lloyd_keeps_the_misallocation() -> None:
     X, y, C0 = three_blobs()
-    res = lloyd(torch.as_tensor(X), torch.as_tensor(C0))
+    res = lloyd(Data(torch.as_tensor(X)), torch.as_tensor(C0))
     assert res.converged
     C = res.C.numpy()
     assert (C[:2, 0] < -15).all()
@@ -48,8 +50,8 @@ def test_lloyd_keeps_the_misallocation() -> None:
 def test_swap_search_repairs_a_misallocation(dtype: torch.dtype) -> None:
     X, y, C0 = three_blobs()
     Xt = torch.as_tensor(X, dtype=dtype)
-    start = lloyd(Xt, torch.as_tensor(C0, dtype=dtype))
-    out = swap_search(Xt, start, generator=torch.Generator().manual_seed(0))
+    start = lloyd(Data(Xt), torch.as_tensor(C0, dtype=dtype))
+    out = swap_search(Data(Xt), start, generator=torch.Generator().manual_seed(0))
     means = np.stack([X[y == c].mean(0) for c in range(3)])
     assert out.n_swaps == 1
     assert out.converged
@@ -66,8 +68,8 @@ def test_swap_search_keeps_an_optimum() -> None:
     X, y, _ = three_blobs(1)
     means = np.stack([X[y == c].mean(0) for c in range(3)])
     Xt = torch.as_tensor(X)
-    start = lloyd(Xt, torch.as_tensor(means))
-    out = swap_search(Xt, start, generator=torch.Generator().manual_seed(0))
+    start = lloyd(Data(Xt), torch.as_tensor(means))
+    out = swap_search(Data(Xt), start, generator=torch.Generator().manual_seed(0))
     assert out.n_swaps == 0
     assert out.n_trials == 0
     assert out.inertia == start.inertia
@@ -88,11 +90,10 @@ def test_swap_costs_against_brute_force(chunk_size: int | None) -> None:
     X = centres[y] + rng.normal(size=(120, 3)) * np.array([3.0, 0.5, 0.2])
     w = rng.uniform(0.5, 2.0, size=120)
     Xt, wt = torch.as_tensor(X), torch.as_tensor(w)
-    start = lloyd(Xt, torch.as_tensor(centres), sample_weight=wt)
+    start = lloyd(Data(Xt, wt), torch.as_tensor(centres))
     C, labels = start.C.numpy(), start.labels.numpy()
-    removal, gain, halves = swap_costs(Xt, start.C, start.labels, sample_weight=wt,
-                                       chunk_size=chunk_size,
-                                       generator=torch.Generator().manual_seed(1))
+    removal, gain, halves = swap_costs(Data(Xt, wt, chunk_size=chunk_size), start.C,
+                                       start.labels, generator=torch.Generator().manual_seed(1))
     np.testing.assert_allclose(removal.numpy(), brute_removal(X, C, w), rtol=1e-10)
     for j in range(3):
         Xj, wj = X[labels == j], w[labels == j]
@@ -112,8 +113,8 @@ def test_swap_costs_against_brute_force(chunk_size: int | None) -> None:
 
 def test_swap_costs_of_a_single_point_cluster() -> None:
     X = torch.tensor([[0.0, 0.0], [0.0, 1.0], [5.0, 5.0]], dtype=torch.float64)
-    start = lloyd(X, torch.tensor([[0.0, 0.5], [5.0, 5.0]], dtype=torch.float64))
-    removal, gain, halves = swap_costs(X, start.C, start.labels)
+    start = lloyd(Data(X), torch.tensor([[0.0, 0.5], [5.0, 5.0]], dtype=torch.float64))
+    removal, gain, halves = swap_costs(Data(X), start.C, start.labels)
     assert gain[1].item() == 0.0  # one point: nothing to split
     assert gain[0].item() == pytest.approx(0.5)  # two points 1 apart: 2 * 0.25 -> 0
     assert torch.isfinite(halves).all()
@@ -129,12 +130,12 @@ def test_swap_search_never_raises_j_and_ends_at_a_fixed_point(seed: int, k: int,
     w = torch.as_tensor(rng.uniform(0.1, 3.0, size=len(X))) if weighted else None
     Xt = torch.as_tensor(X)
     X_before = Xt.clone()
-    start = lloyd(Xt, Xt[rng.choice(len(X), k, replace=False)], sample_weight=w)
-    out = swap_search(Xt, start, sample_weight=w, slack=1.0,
+    start = lloyd(Data(Xt, w), Xt[rng.choice(len(X), k, replace=False)])
+    out = swap_search(Data(Xt, w), start, slack=1.0,
                       generator=torch.Generator().manual_seed(seed))
     assert out.inertia <= start.inertia
     assert out.n_swaps <= out.n_trials
-    again = lloyd(Xt, out.C, sample_weight=w, max_iter=1)
+    again = lloyd(Data(Xt, w), out.C, max_iter=1)
     assert torch.equal(again.labels, out.labels)  # labels settled: a Lloyd fixed point
     np.testing.assert_allclose(again.C.numpy(), out.C.numpy(), atol=1e-12)
     wn = None if w is None else w.numpy()
@@ -148,10 +149,10 @@ def test_weights_equal_repeated_rows() -> None:
     gen = lambda: torch.Generator().manual_seed(3)  # noqa: E731
     Xw = torch.as_tensor(X)
     w = torch.as_tensor(reps.astype(np.float64))
-    a = swap_search(Xw, lloyd(Xw, torch.as_tensor(C0), sample_weight=w), sample_weight=w,
+    a = swap_search(Data(Xw, w), lloyd(Data(Xw, w), torch.as_tensor(C0)),
                     generator=gen())
     Xr = torch.as_tensor(np.repeat(X, reps, axis=0))
-    b = swap_search(Xr, lloyd(Xr, torch.as_tensor(C0)), generator=gen())
+    b = swap_search(Data(Xr), lloyd(Data(Xr), torch.as_tensor(C0)), generator=gen())
     assert a.n_swaps == b.n_swaps == 1
     assert a.inertia == pytest.approx(b.inertia, rel=1e-10)
     np.testing.assert_allclose(a.C.numpy(), b.C.numpy(), atol=1e-10)

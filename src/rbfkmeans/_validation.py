@@ -12,17 +12,6 @@ from typing import Any
 
 import torch
 
-ASSIGNMENTS = ("softmax", "entmax15", "sparsemax", "hard")
-
-
-def check_assignment(assignment: Any, name: str = "assignment") -> str:
-    """Return ``assignment`` if it names a known simplex mapping, else raise ``ValueError``."""
-    if not isinstance(assignment, str) or assignment not in ASSIGNMENTS:
-        raise ValueError(
-            f"{name} must be one of {', '.join(repr(a) for a in ASSIGNMENTS)}; got {assignment!r}"
-        )
-    return assignment
-
 
 def check_temperature(T: Any, name: str = "temperature") -> float:
     """Return ``T`` as a float if it is a finite number >= 0, else raise."""

@@ -7,6 +7,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .assignments import ASSIGNMENTS
+
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     import torch
@@ -74,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     deep.add_argument("--dataset", choices=DATASETS, default="digits")
     deep.add_argument("--seeds", type=int, default=3, help="runs with seeds 0..N-1 (default 3)")
     deep.add_argument("--out", default="out/deep", help="output folder (default out/deep)")
-    deep.add_argument("--assignment", choices=("softmax", "entmax15", "sparsemax", "hard"))
+    deep.add_argument("--assignment", choices=tuple(ASSIGNMENTS))
     deep.add_argument("--epochs", type=int, help="joint-training epochs")
     deep.add_argument("--pretrain-epochs", type=int, help="autoencoder pretraining epochs")
     deep.add_argument("--hidden", help="hidden layer widths, e.g. 256,256")

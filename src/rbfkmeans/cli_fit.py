@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._validation import ASSIGNMENTS
+from .assignments import ASSIGNMENTS
 
 if TYPE_CHECKING:
     import numpy as np

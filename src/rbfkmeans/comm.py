@@ -65,7 +65,7 @@ class Comm:
         if not self.active or not tensors:
             return
         flat = torch.cat([t.reshape(-1).to(self.device, torch.float64) for t in tensors])
-        torch.distributed.all_reduce(flat, group=self.group)  # type: ignore[arg-type]
+        torch.distributed.all_reduce(flat, group=self.group)
         offset = 0
         for t in tensors:
             n = t.numel()
@@ -77,7 +77,7 @@ class Comm:
         if not self.active:
             return [float(v) for v in values]
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
-        torch.distributed.all_reduce(t, group=self.group)  # type: ignore[arg-type]
+        torch.distributed.all_reduce(t, group=self.group)
         return [float(v) for v in t.tolist()]
 
     def all_gather(self, t: Tensor) -> Tensor:
@@ -86,7 +86,7 @@ class Comm:
             return t
         src = t.contiguous().to(self.device)
         out = [torch.empty_like(src) for _ in range(self.world_size)]
-        torch.distributed.all_gather(out, src, group=self.group)  # type: ignore[arg-type]
+        torch.distributed.all_gather(out, src, group=self.group)
         return torch.cat(out, dim=0).to(t.device)
 
     def broadcast_(self, t: Tensor, src: int = 0) -> None:

@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from .fitting import LOCAL_ONLY
+from .comm import LOCAL_ONLY
 
 __all__ = [
     "broadcast_module",

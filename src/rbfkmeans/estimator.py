@@ -10,7 +10,12 @@ for sparsemax). The fit starts above the first critical temperature ``T_c`` (all
 weighted mean), cools geometrically, iterates the soft-Lloyd step ``c_j <- m_j`` (the gradient
 step with ``eta_j = 1/(2 N_j)``) to a fixed point at each temperature, warm-starts the next one,
 stops once every membership is one-hot, and polishes with exact hard Lloyd iterations until the
-labels no longer change: the result is a Lloyd fixed point.
+labels no longer change: the result is a Lloyd fixed point. A swap search follows.
+
+This module is glue: validation (one declarative table), the scikit-learn contract, and the
+calls into :mod:`~rbfkmeans.seeding`, :mod:`~rbfkmeans.annealing`, :mod:`~rbfkmeans.lloyd`,
+:mod:`~rbfkmeans.swaps`, :mod:`~rbfkmeans.gradient` and :mod:`~rbfkmeans.streaming`. It is the
+only place that detects an initialised ``torch.distributed`` group (:meth:`Comm.auto`).
 """
 
 from __future__ import annotations
@@ -23,32 +28,31 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    ClusterMixin,
+    TransformerMixin,
+)
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 from torch import Tensor
 
-from ._validation import ASSIGNMENTS, check_temperature
-from .distances import chunk_rows, iter_chunks, row_norms_sq, sq_distances
-from .fitting import (
-    Comm,
-    LloydResult,
-    Stats,
-    SwapResult,
-    _empty_tol,
-    anneal,
-    cluster_stats,
-    gradient_step,
-    kmeans_plusplus,
-    lloyd,
-    rebalance_duplicates,
-    relocate_empty,
-    swap_search,
-)
+from ._validation import check_temperature
+from .annealing import AnnealStep, anneal
+from .assignments import ASSIGNMENTS, get_assignment
+from .comm import Comm
+from .distances import sq_distances
+from .gradient import GradientStep
 from .layer import KMeansLayer
-from .mappings import get_mapping, hardmax
+from .lloyd import LloydResult, lloyd
+from .mappings import hardmax
+from .passes import Data, Stats, cluster_stats, nearest
 from .schedules import covariance_spread, critical_temperature_factor, geometric_schedule
+from .seeding import initial_centers
+from .streaming import MiniBatchKMeans, agree_on_batch, array_batches, batch_data, macqueen_updates
+from .swaps import SwapResult, swap_search
 
 __all__ = ["RBFKMeans"]
 
@@ -126,7 +130,7 @@ def _torch_dtype(v: Any) -> torch.dtype | None:
     return table.get(name)
 
 
-class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
+class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, BaseEstimator):
     r"""k-means by annealing a soft (RBF) assignment into Lloyd's hard one.
 
     Parameters
@@ -146,6 +150,8 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         differ only by the symmetric-breaking noise, which decides the order of competing splits:
         on well-separated clusters every seed ends at the same partition, on a continuum (the
         pixels of a photograph) the seeds can end up to about 2% apart before the swap search.
+        With an explicit ``init`` array only one run is made (a ``RuntimeWarning`` says so when
+        ``n_init > 1``), as scikit-learn.
     max_iter : int, default 300
         Iterations of the final hard Lloyd polish (or of plain Lloyd).
     tol : float, default 1e-4
@@ -176,7 +182,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         Symmetric-breaking noise added before each temperature, relative to ``sqrt(lambda_max)``.
     max_swaps : int, default 10
         After the hard polish of an annealed fit, at most this many swaps
-        (:func:`rbfkmeans.fitting.swap_search`): a centroid whose removal costs little is moved
+        (:func:`rbfkmeans.swaps.swap_search`): a centroid whose removal costs little is moved
         to split the cluster whose split gains most, Lloyd runs from there, and the move is kept
         only if ``J`` drops. It repairs a misallocation of centroids between regions that the
         order of the splits can leave and no Lloyd step undoes. ``0`` turns it off. Not used
@@ -190,14 +196,16 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         ``params -> torch.optim.Optimizer`` for ``solver="gradient"``, e.g.
         ``lambda p: torch.optim.Adam(p, lr=0.1)``.
     chunk_size : int, optional
-        Rows per chunk (default: about 4M memberships per chunk). No pass holds more.
+        Rows per chunk (default: about ``2^20`` (1M) memberships or distances per chunk). No
+        pass holds more.
     random_state : int, RandomState or None
         Seeds the initialisation and the perturbations.
     device, dtype : optional
         Torch device of the computation (default CPU) and its dtype (default: float64 for float64
         input, float32 otherwise; float16/bfloat16 data is computed in float32).
     verbose : bool or int, default 0
-        Progress bar over the temperatures (and Lloyd iterations) when set.
+        Progress bars over the temperatures and over the Lloyd iterations (of plain Lloyd, the
+        hard polish and the swap trials) when set.
 
     Attributes
     ----------
@@ -269,22 +277,23 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self.dtype = dtype
         self.verbose = verbose
 
-    # -- validation ---------------------------------------------------------------------------
+    # -- validation and conversion ------------------------------------------------------------
     def _check_params(self) -> None:
         for name, (rule, ok) in _PARAMETERS.items():
             value = getattr(self, name)
             if not ok(value):
                 raise ValueError(f"{name} must be {rule}; got {value!r}")
 
+    @property
+    def _hard(self) -> bool:
+        return get_assignment(self.assignment).hard
+
     def _torch_device(self) -> torch.device:
         return torch.device(self.device) if self.device is not None else torch.device("cpu")
 
     def _compute_dtype(self, X: np.ndarray) -> torch.dtype:
-        if self.dtype is not None:
-            dt = _torch_dtype(self.dtype)
-            assert dt is not None
-            return dt
-        return torch.float64 if X.dtype == np.float64 else torch.float32
+        chosen = None if self.dtype is None else _torch_dtype(self.dtype)
+        return chosen or (torch.float64 if X.dtype == np.float64 else torch.float32)
 
     def _check_X(self, X: Any, *, reset: bool) -> np.ndarray:
         X = _as_float32_if_half(X)
@@ -317,6 +326,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         # a copy (n floats): no aliasing of the caller's array, no warning if it is read-only
         return torch.tensor(sw).to(device=self._torch_device(), dtype=self._dtype_)
 
+    def _data(self, Xt: Tensor, w: Tensor | None = None, comm: Comm | None = None) -> Data:
+        """The pass context of already validated data (no second NaN scan)."""
+        return Data(Xt, w, chunk_size=self.chunk_size, comm=comm, validate=False)
+
     # -- fitting ------------------------------------------------------------------------------
     def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> RBFKMeans:
         """Fit the centroids to ``X`` (n, d) with optional non-negative ``sample_weight`` (n,).
@@ -345,21 +358,18 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             raise ValueError(
                 f"n_samples={n_total} should be >= n_clusters={self.n_clusters}"
             )
-        Xt = self._to_torch(X)  # (n, d)
+        data = self._data(self._to_torch(X), w, comm)  # (n, d)
         rng = check_random_state(self.random_state)
-        X_sq = row_norms_sq(Xt)  # (n,)
-        mean_var, lam = covariance_spread(Xt, w, chunk_size=self.chunk_size, comm=comm)
+        mean_var, lam = covariance_spread(data.X, w, chunk_size=self.chunk_size, comm=comm)
         abs_tol = float(self.tol) * mean_var
-        factor = critical_temperature_factor(self.assignment, self.n_clusters)
-        self.critical_temperature_ = factor * lam
-
-        n_init = self._n_init()
+        self.critical_temperature_ = critical_temperature_factor(self.assignment,
+                                                                 self.n_clusters) * lam
+        n_init = self._n_init(comm)
         seeds = torch.tensor([int(rng.randint(np.iinfo(np.int32).max)) for _ in range(n_init)])
         comm.broadcast_(seeds, src=0)  # random_state=None differs between processes
         best: dict[str, Any] | None = None
         for run in range(n_init):
-            seed = int(seeds[run])
-            result = self._fit_one(Xt, w, X_sq, seed, abs_tol, lam, comm, run)
+            result = self._fit_one(data, int(seeds[run]), abs_tol, lam, run)
             if best is None or result["inertia"] < best["inertia"]:
                 best = result
         assert best is not None
@@ -372,113 +382,75 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self._online_counts: np.ndarray | None = _np(counts)
         return self
 
-    def _n_init(self) -> int:
+    def _n_init(self, comm: Comm) -> int:
+        explicit = not isinstance(self.init, str) and not callable(self.init)
+        if explicit and self.n_init != "auto" and int(self.n_init) > 1:
+            if comm.rank == 0:
+                warnings.warn(
+                    "Explicit initial center position passed: performing only one init in "
+                    f"RBFKMeans instead of n_init={self.n_init}.", RuntimeWarning, stacklevel=3)
+            return 1
         if self.n_init != "auto":
             return int(self.n_init)
-        return 10 if (self.assignment == "hard" and isinstance(self.init, str)
-                      and self.init == "random") else 1
+        return 10 if (self._hard and isinstance(self.init, str) and self.init == "random") else 1
 
-    def _initial_centers(
-        self, Xt: Tensor, w: Tensor | None, X_sq: Tensor, gen: torch.Generator, seed: int,
-        comm: Comm,
-    ) -> Tensor:
-        k = self.n_clusters
-        init = self.init
-        if isinstance(init, str) and init == "auto":
-            init = "k-means++" if self.assignment == "hard" else "mean"
-        if isinstance(init, str):
-            if init == "mean":
-                wt = torch.ones(Xt.shape[0], dtype=Xt.dtype, device=Xt.device) if w is None else w
-                tot = wt.sum().reshape(1)
-                s = wt @ Xt  # (d,)
-                comm.sum_(tot, s)
-                return (s / tot).unsqueeze(0).repeat(k, 1)
-            if init == "k-means++":
-                return kmeans_plusplus(Xt, k, sample_weight=w, generator=gen, X_sq=X_sq,
-                                       chunk_size=self.chunk_size, comm=comm)
-            # "random": k distinct rows drawn uniformly (weighted) from the data
-            idx = torch.multinomial(
-                (torch.ones(Xt.shape[0], dtype=torch.float64) if w is None else w.double().cpu()),
-                k, replacement=False, generator=gen,
-            )
-            return Xt[idx.to(Xt.device)].clone()
-        if callable(init):
-            C0 = np.asarray(init(Xt.cpu().numpy(), k, np.random.RandomState(seed)))
-        else:
-            C0 = np.asarray(init)
-        if C0.shape != (k, Xt.shape[1]):
-            raise ValueError(
-                f"init array must have shape (n_clusters, n_features) = ({k}, {Xt.shape[1]}); "
-                f"got {C0.shape}"
-            )
-        if not np.isfinite(C0).all():
-            raise ValueError("init array must be finite; got NaN or inf entries")
-        C = torch.as_tensor(C0).to(device=Xt.device, dtype=Xt.dtype).clone()
-        comm.broadcast_(C, src=0)  # a callable sees only this rank's shard: rank 0's result wins
-        return C
+    def _init_name(self) -> Any:
+        if isinstance(self.init, str) and self.init == "auto":
+            return "k-means++" if self._hard else "mean"
+        return self.init
 
-    def _fit_one(
-        self, Xt: Tensor, w: Tensor | None, X_sq: Tensor, seed: int, abs_tol: float,
-        lam: float, comm: Comm, run: int,
-    ) -> dict[str, Any]:
+    def _ladder(self) -> np.ndarray:
+        Tc = self.critical_temperature_
+        T_start = self.T_start if self.T_start is not None else 1.2 * Tc
+        T_end = self.T_end if self.T_end is not None else 1e-6 * Tc
+        if T_start <= 0 or T_end <= 0:  # constant data: nothing to anneal
+            return np.array([])
+        return geometric_schedule(T_start, min(T_end, T_start), self.cooling)
+
+    def _fit_one(self, data: Data, seed: int, abs_tol: float, lam: float,
+                 run: int) -> dict[str, Any]:
         gen = torch.Generator().manual_seed(seed)
-        C = self._initial_centers(Xt, w, X_sq, gen, seed, comm)
+        C = initial_centers(data, self.n_clusters, self._init_name(), generator=gen, seed=seed)
         temps: list[float] = []
         history: list[dict[str, Any]] = []
         n_soft_iter = 0
-        if self.assignment != "hard":
-            Tc = self.critical_temperature_
-            T_start = self.T_start if self.T_start is not None else 1.2 * Tc
-            T_end = self.T_end if self.T_end is not None else 1e-6 * Tc
-            if T_start <= 0 or T_end <= 0:  # constant data: nothing to anneal
-                ladder = np.array([])
-            else:
-                ladder = geometric_schedule(T_start, min(T_end, T_start), self.cooling)
-            bar = _progress(self.verbose and comm.rank == 0, len(ladder),
-                            f"anneal (run {run + 1})")
-            perturb = float(self.perturbation) * math.sqrt(max(lam, 0.0))
-
-            def tick(T: float, it: int) -> None:
-                if bar is not None:
-                    bar.set_postfix(T=f"{T:.3g}", iters=it)
-                    bar.update(1)
-
+        show = bool(self.verbose) and data.comm.rank == 0
+        if not self._hard:
+            ladder = self._ladder()
+            bar = _progress(show, len(ladder), f"anneal (run {run + 1})")
+            step: AnnealStep | None = None
             if self.solver == "gradient":
-                res = _anneal_gradient(
-                    self, Xt, C, ladder, w, abs_tol, perturb, gen, tick, comm
-                )
-            else:
-                res = anneal(
-                    Xt, C, ladder, self.assignment, sample_weight=w,
-                    max_iter=self.max_iter_per_temperature, tol=abs_tol, perturbation=perturb,
-                    generator=gen, X_sq=X_sq, chunk_size=self.chunk_size, comm=comm,
-                    stop_gap=float(self.stop_gap), progress=tick,
-                )
+                step = GradientStep(self.assignment, C, optimizer=self.optimizer,
+                                    max_iter=self.max_iter_per_temperature, tol=abs_tol)
+            res = anneal(
+                data, C, ladder, self.assignment, step=step,
+                max_iter=self.max_iter_per_temperature, tol=abs_tol,
+                perturbation=float(self.perturbation) * math.sqrt(max(lam, 0.0)),
+                generator=gen, stop_gap=float(self.stop_gap), progress=_ticker(bar),
+            )
             if bar is not None:
                 bar.close()
             C, temps, n_soft_iter = res.C, res.temperatures, res.n_iter
             history = [
-                {"T": h["T"], "centers": _np(h["C"]), "objective": h["objective"],
+                {"T": h["T"], "centers": _np(h["C"]), "objective": h["objective"],  # type: ignore[arg-type]
                  "inertia": h["inertia"], "n_soft": h["n_soft"], "n_iter": h["n_iter"]}
                 for h in res.history
             ]
             polish_tol = 0.0  # strict: run until the labels settle (a Lloyd fixed point)
         else:
             polish_tol = abs_tol
-        hard = lloyd(
-            Xt, C, sample_weight=w, max_iter=self.max_iter, tol=polish_tol, X_sq=X_sq,
-            chunk_size=self.chunk_size, comm=comm,
-        )
+        bar = _progress(show, self.max_iter, "lloyd" if self._hard else "hard polish")
+        hard = lloyd(data, C, max_iter=self.max_iter, tol=polish_tol, callback=_lloyd_ticker(bar))
+        if bar is not None:
+            bar.close()
         n_hard_iter, n_swaps = hard.n_iter, 0
         final: LloydResult | SwapResult = hard
-        if self.assignment != "hard" and self.max_swaps > 0:
-            final = swap_search(
-                Xt, hard, sample_weight=w, max_swaps=self.max_swaps, max_iter=self.max_iter,
-                X_sq=X_sq, chunk_size=self.chunk_size, comm=comm, generator=gen,
-            )
+        if not self._hard and self.max_swaps > 0:
+            final = swap_search(data, hard, max_swaps=self.max_swaps, max_iter=self.max_iter,
+                                generator=gen)
             n_hard_iter += final.n_iter
             n_swaps = final.n_swaps
-        if not final.converged and self.assignment != "hard" and comm.rank == 0:
+        if not final.converged and not self._hard and data.comm.rank == 0:
             warnings.warn(
                 f"the hard Lloyd polish did not settle in max_iter={self.max_iter} iterations; "
                 "increase max_iter",
@@ -510,6 +482,14 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 stacklevel=3,
             )
 
+    def _set_online(self, T: float) -> None:
+        """The fitted attributes that an online fit (no annealing) leaves as they are named."""
+        self.temperatures_ = np.array([], dtype=np.float64)
+        self.temperature_ = T
+        self.history_ = []
+        self.critical_temperature_ = float("nan")
+        self.n_swaps_ = 0
+
     # -- inference ----------------------------------------------------------------------------
     def _centers_t(self) -> Tensor:
         return torch.as_tensor(self.cluster_centers_).to(
@@ -520,14 +500,14 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         """Index of the nearest centroid of each row of ``X`` (ties to the lowest index)."""
         check_is_fitted(self)
         X = self._check_X(X, reset=False)
-        st = cluster_stats(self._to_torch(X), self._centers_t(), 0.0, "hard",
-                           chunk_size=self.chunk_size, return_labels=True,
-                           comm=Comm(active=False))
-        assert st.labels is not None
-        return _np(st.labels).astype(np.int64)
+        return _np(nearest(self._data(self._to_torch(X)), self._centers_t()).labels)
 
     def fit_predict(self, X: Any, y: Any = None, sample_weight: Any = None) -> np.ndarray:
-        """Fit and return ``labels_``."""
+        """Fit and return ``labels_`` (for a batch source: its rows' labels, in the order of a
+        second pass over it, which needs a source that can be iterated again)."""
+        if isinstance(X, Iterator) and not isinstance(X, torch.utils.data.DataLoader):
+            raise ValueError("fit_predict needs the data again to label it; got a one-shot "
+                             "iterator (pass a DataLoader, a list or an array)")
         return self.fit(X, sample_weight=sample_weight).labels_
 
     def predict_proba(self, X: Any, temperature: float | None = None) -> np.ndarray:
@@ -537,18 +517,14 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         check_is_fitted(self)
         X = self._check_X(X, reset=False)
         T = self._proba_temperature(temperature)
-        Xt, C = self._to_torch(X), self._centers_t()
+        data, C = self._data(self._to_torch(X)), self._centers_t()
+        entry = get_assignment(self.assignment)
         out = np.empty((X.shape[0], self.n_clusters), dtype=X.dtype)
-        from .distances import chunk_rows, iter_chunks
-
         with torch.no_grad():
-            rows = chunk_rows(X.shape[0], self.n_clusters, self.chunk_size)
-            for s in iter_chunks(X.shape[0], rows):
-                D = sq_distances(Xt[s], C)
-                if T == 0.0 or self.assignment == "hard":
-                    R = hardmax(-D, dim=1)
-                else:
-                    R = get_mapping(self.assignment)(D / (-2.0 * T), dim=1)
+            for s in data.chunks(self.n_clusters):
+                D = sq_distances(data.X[s], C)  # (b, k)
+                R = hardmax(-D, dim=1) if T == 0.0 or entry.hard \
+                    else entry.forward(D / (-2.0 * T), dim=1)
                 out[s] = _np(R)
         return out
 
@@ -575,9 +551,13 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         check_is_fitted(self)
         X = self._check_X(X, reset=False)
         w = self._weights(sample_weight, X)
-        st = cluster_stats(self._to_torch(X), self._centers_t(), 0.0, "hard", sample_weight=w,
-                           chunk_size=self.chunk_size, comm=Comm(active=False))
+        st = cluster_stats(self._data(self._to_torch(X), w), self._centers_t(), 0.0, "hard")
         return -st.inertia
+
+    @property
+    def _n_features_out(self) -> int:
+        """Output columns of :meth:`transform` (one distance per centroid)."""
+        return int(self.cluster_centers_.shape[0])
 
     # -- online -------------------------------------------------------------------------------
     def partial_fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> RBFKMeans:
@@ -586,10 +566,12 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         For each point ``x`` with weight ``w`` and memberships ``r`` (one-hot when hard, else
         ``m(-d/2T)`` at ``temperature``), every centroid moves by
         ``c_j <- c_j + w r_j (x - c_j) / n_j`` with the running count ``n_j <- n_j + w r_j``:
-        the SGD step on ``J`` (or ``F_T``) for that point with ``eta_j = 1/(2 n_j)``. The points
-        of a batch are processed in order. The first call initialises the centroids on its batch
-        (which needs at least ``n_clusters`` rows) from ``init``, k-means++ for ``"auto"`` and
-        ``"mean"``; after :meth:`fit` the counts start at the fitted cluster sizes.
+        the SGD step on ``J`` (or ``F_T``) for that point with ``eta_j = 1/(2 n_j)``
+        (:func:`rbfkmeans.streaming.macqueen_updates`). The points of a batch are processed in
+        order. The first call initialises the centroids on its batch (which needs at least
+        ``n_clusters`` rows) from ``init``, k-means++ for ``"auto"`` and ``"mean"``; after
+        :meth:`fit` the counts start at the fitted cluster sizes. ``labels_`` and ``inertia_``
+        describe the last batch at the new centroids.
         """
         first = not hasattr(self, "cluster_centers_")
         if first:
@@ -604,33 +586,29 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             self._dtype_ = self._compute_dtype(X)
         Xt = self._to_torch(X)
         w = self._weights(sample_weight, X)
-        rng = check_random_state(self.random_state)
+        data = self._data(Xt, w)
+        T = 0.0 if self.temperature is None else float(self.temperature)
         if first:
-            seed = int(rng.randint(np.iinfo(np.int32).max))
-            gen = torch.Generator().manual_seed(seed)
-            if isinstance(self.init, str) and self.init in ("auto", "mean"):
-                C = kmeans_plusplus(Xt, self.n_clusters, sample_weight=w, generator=gen,
-                                    comm=Comm(active=False))
-            else:  # "k-means++", "random", an array or a callable, as in fit
-                C = self._initial_centers(Xt, w, row_norms_sq(Xt), gen, seed, Comm(active=False))
+            seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+            init = self.init
+            if isinstance(init, str) and init in ("auto", "mean"):
+                init = "k-means++"
+            C = initial_centers(data, self.n_clusters, init,
+                                generator=torch.Generator().manual_seed(seed), seed=seed)
             counts = torch.zeros(self.n_clusters, dtype=Xt.dtype, device=Xt.device)
             self.n_iter_ = 0
-            self.temperatures_ = np.array([], dtype=np.float64)
-            self.temperature_ = 0.0 if self.temperature is None else float(self.temperature)
-            self.history_ = []
-            self.critical_temperature_ = float("nan")
+            self._set_online(T)
         else:
             C = self._centers_t()
             counts = torch.as_tensor(self._online_counts).to(Xt.device, Xt.dtype) \
                 if getattr(self, "_online_counts", None) is not None \
                 else torch.zeros(self.n_clusters, dtype=Xt.dtype, device=Xt.device)
-        T = 0.0 if self.temperature is None else float(self.temperature)
         C, counts = macqueen_updates(Xt, C, counts, T, self.assignment, w)
         self.cluster_centers_ = _np(C).astype(X.dtype, copy=False)
         self._online_counts = _np(counts)
         self.n_iter_ += 1
-        st = cluster_stats(Xt, C, 0.0, "hard", sample_weight=w, return_labels=True,
-                           comm=Comm(active=False))
+        self.n_swaps_ = getattr(self, "n_swaps_", 0)
+        st = cluster_stats(data, C, 0.0, "hard", return_labels=True)
         assert st.labels is not None
         self.labels_ = _np(st.labels).astype(np.int64)
         self.inertia_ = st.inertia
@@ -658,10 +636,10 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
 
         Sets ``cluster_centers_``, ``n_iter_`` (steps), ``inertia_`` (sum over the last epoch of
         each batch's ``J`` just before its step: an estimate) and the running counts, so that
-        :meth:`partial_fit` can continue. ``labels_`` is not set: the data is not kept.
+        :meth:`partial_fit` can continue. ``labels_`` (this rank's rows, in source order) is set
+        by one more pass over a source that can be iterated again (an array, a list, a
+        ``DataLoader``); a one-shot iterator leaves none.
         """
-        from .streaming import agree_on_batch, array_batches, batch_data, minibatch_step
-
         self._check_params()
         if not _is_int(n_epochs) or n_epochs < 1:
             raise ValueError(f"n_epochs must be an integer >= 1; got {n_epochs!r}")
@@ -677,98 +655,73 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         if sample_weight is not None and not is_array:
             raise ValueError("sample_weight is only accepted with a 2-D array source; got "
                              f"sample_weight with a {type(batches).__name__}")
-        if n_epochs > 1 and not is_array and iter(batches) is batches:
+        one_shot = not is_array and iter(batches) is batches
+        if n_epochs > 1 and one_shot:
             raise ValueError(f"n_epochs={n_epochs} needs a source that can be iterated again "
                              "(a DataLoader, a list, an array); got a one-shot iterator")
         comm = Comm.auto()
         seed = torch.tensor([int(check_random_state(self.random_state).randint(2**31 - 1))])
         comm.broadcast_(seed, src=0)
-        gen = torch.Generator().manual_seed(int(seed))
         block_order = np.random.RandomState((int(seed) + comm.rank) % 2**32)
-        k, T = self.n_clusters, (0.0 if self.temperature is None else float(self.temperature))
-        C: Tensor | None = None
-        counts: Tensor | None = None
-        seeding: list[tuple[Tensor, Tensor | None]] = []
-        width, steps, inertia = -1, 0, 0.0
-        validated = False
+        T = 0.0 if self.temperature is None else float(self.temperature)
+        fit = MiniBatchKMeans(self.n_clusters, T, self.assignment,
+                              generator=torch.Generator().manual_seed(int(seed)),
+                              chunk_size=self.chunk_size, comm=comm)
+        self.__dict__.pop("_dtype_", None)
         for _ in range(n_epochs):
             stream: Iterator[tuple[Any, Any]] = (
                 array_batches(batches, sample_weight, batch_size, block_order) if is_array
                 else ((batch_data(b), None) for b in batches))
-            inertia = 0.0
-            while True:
-                item = next(stream, None)
-                error: Exception | None = None
-                Xb_np: np.ndarray | None = None
-                wb: Tensor | None = None
-                if item is not None:
-                    try:
-                        Xb_np = self._check_X(item[0], reset=not validated)
-                        validated = True
-                    except (ValueError, TypeError) as exc:
-                        error = exc
-                live, d, any64 = agree_on_batch(comm, error, Xb_np)
-                if live == 0:
-                    break
-                if width < 0:  # the first batch of the fit fixes the features and the dtype
-                    width = d
-                    chosen = None if self.dtype is None else _torch_dtype(self.dtype)
-                    self._dtype_ = chosen or (torch.float64 if any64 else torch.float32)
-                elif d != width:
-                    raise ValueError(f"every batch must have {width} features; got {d}")
-                self.n_features_in_ = width
-                if Xb_np is None:
-                    Xb = torch.empty((0, width), dtype=self._dtype_, device=self._torch_device())
-                else:
-                    Xb = self._to_torch(Xb_np)
-                    wb = self._weights(item[1], Xb_np) if item is not None else None
-                if C is None:  # collect the seeding sample (over all ranks)
-                    seeding.append((Xb, wb))
-                    if comm.sum_scalars(sum(x.shape[0] for x, _ in seeding))[0] < 3 * k:
-                        continue
-                    C, counts, Xb, wb = self._seed_from(seeding, gen, comm)
-                    seeding = []
-                assert counts is not None
-                C, counts, J = minibatch_step(Xb, C, counts, T, self.assignment, sample_weight=wb,
-                                              chunk_size=self.chunk_size, comm=comm)
-                inertia += J
-                steps += 1
-            if C is None and seeding:  # the whole source holds fewer than 3k rows
-                C, counts, Xb, wb = self._seed_from(seeding, gen, comm)
-                seeding = []
-                C, counts, inertia = minibatch_step(
-                    Xb, C, counts, T, self.assignment, sample_weight=wb,
-                    chunk_size=self.chunk_size, comm=comm)
-                steps += 1
-        if C is None or counts is None:
+            fit.new_epoch()
+            for Xb, wb in self._agreed_batches(stream, comm):
+                fit.feed(Xb, wb)
+        fit.finish()
+        if fit.C is None or fit.counts is None:
             raise ValueError("batches yielded no data")
-        self.cluster_centers_ = _np(C)
-        self._online_counts = _np(counts)
-        self.n_iter_ = steps
-        self.inertia_ = float(inertia)
-        self.temperatures_ = np.array([], dtype=np.float64)
-        self.temperature_ = T
-        self.history_ = []
-        self.critical_temperature_ = float("nan")
+        self.cluster_centers_ = _np(fit.C)
+        self._online_counts = _np(fit.counts)
+        self.n_iter_ = fit.steps
+        self.inertia_ = float(fit.inertia)
+        self._set_online(T)
         self.__dict__.pop("labels_", None)
+        if not one_shot:
+            items = (batches[s] for s in _row_blocks(len(batches), batch_size)) if is_array \
+                else (batch_data(b) for b in batches)
+            labels = [self.predict(b) for b in items]
+            self.labels_ = np.concatenate(labels) if labels else np.empty(0, dtype=np.int64)
         return self
 
-    def _seed_from(
-        self, seeding: list[tuple[Tensor, Tensor | None]], gen: torch.Generator, comm: Comm,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-        """k-means++ on the seeding batches of all ranks. Returns ``(C, counts, X, w)`` with
-        ``X``, ``w`` this rank's seeding rows (for the first step)."""
-        X = seeding[0][0] if len(seeding) == 1 else torch.cat([x for x, _ in seeding])  # (m, d)
-        w = seeding[0][1] if len(seeding) == 1 else None
-        if len(seeding) > 1 and any(v is not None for _, v in seeding):
-            w = torch.cat([v if v is not None else x.new_ones(x.shape[0]) for x, v in seeding])
-        m = int(comm.sum_scalars(X.shape[0])[0])
-        if m < self.n_clusters:
-            raise ValueError(f"n_samples={m} should be >= n_clusters={self.n_clusters} (the "
-                             "batches hold fewer rows in all than clusters)")
-        C = kmeans_plusplus(X, self.n_clusters, sample_weight=w, generator=gen,
-                            chunk_size=self.chunk_size, comm=comm)
-        return C, torch.zeros(self.n_clusters, dtype=C.dtype, device=C.device), X, w
+    def _agreed_batches(
+        self, stream: Iterator[tuple[Any, Any]], comm: Comm
+    ) -> Iterator[tuple[Tensor, Tensor | None]]:
+        """This rank's batches, validated, converted, and agreed on with the other ranks: the
+        first batch of the fit fixes the features and the dtype; an exhausted rank yields empty
+        (0, d) batches until every rank is done."""
+        width = -1
+        while True:
+            item = next(stream, None)
+            error: Exception | None = None
+            Xb_np: np.ndarray | None = None
+            if item is not None:
+                try:
+                    Xb_np = self._check_X(item[0], reset=not hasattr(self, "_dtype_"))
+                except (ValueError, TypeError) as exc:
+                    error = exc
+            live, d, any64 = agree_on_batch(comm, error, Xb_np)
+            if live == 0:
+                return
+            if width < 0:
+                width = d
+                chosen = None if self.dtype is None else _torch_dtype(self.dtype)
+                self._dtype_ = chosen or (torch.float64 if any64 else torch.float32)
+            elif d != width:
+                raise ValueError(f"every batch must have {width} features; got {d}")
+            self.n_features_in_ = width
+            if Xb_np is None:
+                yield torch.empty((0, width), dtype=self._dtype_, device=self._torch_device()), None
+            else:
+                assert item is not None
+                yield self._to_torch(Xb_np), self._weights(item[1], Xb_np)
 
     # -- export -------------------------------------------------------------------------------
     def to_layer(
@@ -787,6 +740,7 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = False
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
 
 
@@ -795,103 +749,9 @@ class RBFKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
 # ---------------------------------------------------------------------------------------------
 
 
-@torch.no_grad()
-def macqueen_updates(
-    X: Tensor, C: Tensor, counts: Tensor, T: float, assignment: str, w: Tensor | None
-) -> tuple[Tensor, Tensor]:
-    """Sequential MacQueen updates over the rows of ``X`` (see ``RBFKMeans.partial_fit``)."""
-    C = C.clone()
-    counts = counts.clone()
-    hard = assignment == "hard" or T == 0.0
-    mapping = None if hard else get_mapping(assignment)
-    for i in range(X.shape[0]):
-        x = X[i]  # (d,)
-        d = ((C - x) ** 2).sum(dim=1)  # (k,)
-        if hard:
-            r = torch.zeros_like(d)
-            r[int(d.argmin())] = 1.0
-        else:
-            assert mapping is not None
-            r = mapping(d / (-2.0 * T), dim=0)
-        wr = r if w is None else r * w[i]  # (k,)
-        counts += wr
-        step = torch.where(counts > 0, wr / counts.clamp(min=torch.finfo(C.dtype).tiny), 0.0)
-        C += step.unsqueeze(1) * (x - C)
-    return C, counts
-
-
-def _anneal_gradient(
-    est: RBFKMeans, Xt: Tensor, C: Tensor, ladder: Iterable[float], w: Tensor | None,
-    abs_tol: float, perturb: float, gen: torch.Generator, tick: Callable[[float, int], None],
-    comm: Comm,
-) -> Any:
-    """The annealing loop with autograd steps on a :class:`KMeansLayer` (``solver="gradient"``).
-
-    Gradients are accumulated over row chunks (no pass holds more than a chunk's memberships and
-    their autograd graph) and summed over ranks under ``torch.distributed``."""
-    from .fitting import AnnealResult
-
-    layer = KMeansLayer(C, temperature=1.0, assignment=est.assignment)
-    wsum = comm.sum_scalars(float(Xt.shape[0]) if w is None else float(w.sum()))[0]
-    chunks = list(iter_chunks(Xt.shape[0], chunk_rows(Xt.shape[0], C.shape[0], est.chunk_size)))
-    opt = est.optimizer(layer.parameters()) if est.optimizer is not None else None
-    temps: list[float] = []
-    history: list[dict[str, object]] = []
-    total = 0
-    for T in ladder:
-        T = float(T)
-        with torch.no_grad():
-            if perturb > 0:
-                noise = torch.randn(C.shape, generator=gen, dtype=torch.float64)
-                layer.centroids.add_((perturb * noise).to(layer.centroids))
-        layer.temperature = T
-        it = 0
-        for it in range(1, est.max_iter_per_temperature + 1):  # noqa: B007 (read after)
-            C_old = layer.centroids.detach().clone()
-            if opt is None:
-                grad, N = torch.zeros_like(C_old), C_old.new_zeros(C_old.shape[0])
-                for s in chunks:
-                    _, g, Nc = gradient_step(Xt[s], C_old, T, est.assignment,
-                                             sample_weight=None if w is None else w[s])
-                    grad += g
-                    N += Nc
-                comm.sum_(grad, N)
-                eta = 1.0 / (2.0 * N.clamp(min=torch.finfo(N.dtype).tiny))  # (k,) 1 / (2 N_j)
-                C_new = torch.where((N > 0).unsqueeze(1), C_old - eta.unsqueeze(1) * grad, C_old)
-                empty_tol = _empty_tol(float(N.sum()))  # the rule of soft_lloyd
-                empty = torch.le(N, empty_tol)  # (k,)
-                if bool(empty.any()):
-                    C_new = relocate_empty(Xt, C_new, empty, chunk_size=est.chunk_size,
-                                           comm=comm)
-                with torch.no_grad():
-                    layer.centroids.copy_(C_new)
-            else:
-                opt.zero_grad()
-                for s in chunks:  # d(F_T / sum w) accumulated chunk by chunk
-                    (layer.objective(Xt[s], None if w is None else w[s]) / wsum).backward()
-                if layer.centroids.grad is not None:
-                    comm.sum_(layer.centroids.grad)
-                opt.step()
-            shift = float(((layer.centroids.detach() - C_old) ** 2).sum())
-            if shift <= abs_tol:
-                break
-        total += it
-        temps.append(T)
-        # as anneal(): statistics of the last pass (at C_old), then rebalance spare copies
-        st: Stats = cluster_stats(Xt, C_old, T, est.assignment, sample_weight=w,
-                                  chunk_size=est.chunk_size, comm=comm)
-        if T > 0:
-            with torch.no_grad():
-                layer.centroids.copy_(rebalance_duplicates(
-                    Xt, layer.centroids.detach(), T, sample_weight=w, chunk_size=est.chunk_size,
-                    comm=comm, generator=gen))
-        history.append({"T": T, "C": layer.centroids.detach().cpu().clone(),
-                        "objective": st.objective, "inertia": st.inertia,
-                        "n_soft": st.n_soft, "n_iter": it})
-        tick(T, it)
-        if st.n_soft == 0 or st.inertia - st.objective <= est.stop_gap * abs(st.inertia):
-            break
-    return AnnealResult(layer.centroids.detach().clone(), temps, total, history, True)
+def _row_blocks(n: int, size: int) -> Iterator[slice]:
+    for start in range(0, n, size):
+        yield slice(start, min(start + size, n))
 
 
 def _as_float32_if_half(X: Any) -> Any:
@@ -935,9 +795,33 @@ def _np(t: Tensor) -> np.ndarray:
     return t.detach().cpu().numpy()
 
 
-def _progress(verbose: bool | int, total: int, desc: str) -> Any:
-    if not verbose:
+def _progress(show: bool, total: int, desc: str) -> Any:
+    if not show:
         return None
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=desc, leave=False)
+
+
+def _ticker(bar: Any) -> Callable[[float, int], None] | None:
+    """Progress of the annealing ladder: one tick per temperature."""
+    if bar is None:
+        return None
+
+    def tick(T: float, it: int) -> None:
+        bar.set_postfix(T=f"{T:.3g}", iters=it)
+        bar.update(1)
+
+    return tick
+
+
+def _lloyd_ticker(bar: Any) -> Callable[[int, Tensor, Stats], None] | None:
+    """Progress of Lloyd iterations: one tick per iteration, ``J`` as the postfix."""
+    if bar is None:
+        return None
+
+    def tick(it: int, C: Tensor, st: Stats) -> None:
+        bar.set_postfix(J=f"{st.inertia:.6g}")
+        bar.update(1)
+
+    return tick

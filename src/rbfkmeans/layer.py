@@ -21,9 +21,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._validation import check_assignment, check_matrix, check_temperature, compute_dtype
+from ._validation import check_matrix, check_temperature, compute_dtype
+from .assignments import check_assignment, get_assignment
 from .distances import shifted_scores, sq_distances
-from .mappings import get_mapping, hardmax
+from .mappings import hardmax
 from .objectives import objective_from_distances
 
 __all__ = ["KMeansLayer"]
@@ -145,16 +146,17 @@ class KMeansLayer(nn.Module):
         so that tiny temperatures give one-hot rows rather than NaN.
         """
         D = self.distances(X)
+        entry = get_assignment(self.assignment)
         shifted = None
-        if self.assignment != "hard" and self.temperature > 0:
+        if not entry.hard and self.temperature > 0:
             shifted = shifted_scores(D, self.temperature)
         if shifted is None:
             return hardmax(-D, dim=-1)
-        if self.assignment == "softmax":
+        if entry.name == "softmax":
             # shifted scores are finite with maximum 0: the plain kernel needs no special-value
             # handling (and stays traceable, e.g. for ONNX export)
             return torch.softmax(shifted[0], dim=-1)
-        return get_mapping(self.assignment)(shifted[0], dim=-1)
+        return entry.forward(shifted[0], dim=-1)
 
     def predict(self, X: Tensor) -> Tensor:
         """Index of the nearest centroid (ties to the lowest index), shape (...)."""

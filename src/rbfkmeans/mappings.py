@@ -53,9 +53,11 @@ float16/bfloat16 inputs are computed in float32 and cast back.
 
 In-place variants
 -----------------
-``entmax15_`` and ``sparsemax_`` compute the mapping of ``scale * z`` over the last dimension of a
-contiguous float32/float64 tensor and overwrite ``z`` with the result (no autograd, no new
-``n x k`` buffer). They exist for the fitting loop, which owns its score (or distance) buffer:
+``entmax15_`` and ``sparsemax_`` compute the mapping of ``scale * z`` over the last dimension of
+a contiguous float32/float64 tensor and overwrite ``z`` with the result (no autograd, no new
+``n x k`` buffer); ``softmax_`` overwrites ``z`` with clipped scores and returns a new buffer of
+memberships (tiny entries flushed to 0, see its docstring). They exist for the fitting loop,
+which owns its score (or distance) buffer:
 with ``z = D`` and ``scale = -1 / (2T)`` they map distances straight to memberships. Never call
 them on a tensor a user passed in.
 """
@@ -70,15 +72,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._validation import check_assignment, compute_dtype
+from ._validation import compute_dtype
 
 __all__ = [
-    "MAPPINGS",
     "entmax15",
     "entmax15_",
-    "get_mapping",
     "hardmax",
     "softmax",
+    "softmax_",
     "sparsemax",
     "sparsemax_",
 ]
@@ -458,6 +459,25 @@ def _check_inplace(z: Any, scale: Any) -> float:
     return float(scale)
 
 
+def softmax_(z: Tensor, scale: float = 1.0) -> Tensor:
+    """``softmax(scale * z, dim=-1)`` from a buffer the caller owns, which it overwrites.
+
+    Scores more than ``margin = -log(tiny) - 7`` below their row's maximum are raised to that
+    level before the exponential and their memberships (``<= e^-margin``) set to exactly 0 after
+    it: a change below 2e-35 (float32) or 1e-304 (float64) per entry, which keeps subnormal
+    numbers out of the exponential and of the products that follow (several times slower at
+    intermediate temperatures otherwise). Returns the memberships (a new tensor). No autograd.
+    """
+    a = _check_inplace(z, scale)
+    with torch.no_grad():
+        if a != 1.0:
+            z.mul_(a)
+        margin = -math.log(torch.finfo(z.dtype).tiny) - 7.0
+        torch.maximum(z, z.amax(dim=-1, keepdim=True) - margin, out=z)
+        R = torch.softmax(z, dim=-1)
+        return torch.nn.functional.threshold(R, math.exp(-margin), 0.0, inplace=True)
+
+
 def entmax15_(z: Tensor, scale: float = 1.0) -> Tensor:
     """In place: overwrite ``z`` with ``entmax15(scale * z, dim=-1)`` and return it.
 
@@ -480,17 +500,3 @@ def _sparse_inplace(z: Tensor, scale: Any, kind: str) -> Tensor:
     with torch.no_grad():
         _sparse_map_(z.view(-1, z.shape[-1]), z.view(-1, z.shape[-1]), kind, a)
     return z
-
-
-#: name -> mapping; the names accepted as ``assignment`` everywhere.
-MAPPINGS: dict[str, Callable[..., Tensor]] = {
-    "softmax": softmax,
-    "entmax15": entmax15,
-    "sparsemax": sparsemax,
-    "hard": hardmax,
-}
-
-
-def get_mapping(name: str) -> Callable[..., Tensor]:
-    """The mapping called ``name`` (one of ``MAPPINGS``); raises ``ValueError`` otherwise."""
-    return MAPPINGS[check_assignment(name, "name")]

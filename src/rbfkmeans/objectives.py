@@ -26,20 +26,17 @@ By the envelope theorem every relaxation has ``dF_T/dc_j = 2 N_j (c_j - m_j)`` w
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
 from ._validation import (
-    check_assignment,
     check_finite,
     check_matrix,
     check_positive_int,
     check_temperature,
 )
+from .assignments import Assignment, get_assignment
 from .distances import shifted_scores, sq_distances
-from .mappings import entmax15, sparsemax
 
 __all__ = [
     "entropy_bound",
@@ -82,7 +79,7 @@ def _wsum(per_point: Tensor, w: Tensor | None) -> Tensor:
 
 
 def objective_from_distances(
-    D: Tensor, T: float, assignment: str, sample_weight: Tensor | None = None
+    D: Tensor, T: float, assignment: str | Assignment, sample_weight: Tensor | None = None
 ) -> Tensor:
     """The relaxed objective of ``assignment`` at temperature ``T`` from distances ``D`` (n, k).
 
@@ -93,24 +90,17 @@ def objective_from_distances(
     ``J``.
     """
     check_matrix(D, "D", "(n, k)")
-    assignment = check_assignment(assignment)
+    entry = get_assignment(assignment)
     T = check_temperature(T)
     w = _weights(sample_weight, D)
-    shifted = None if T == 0.0 or assignment == "hard" else shifted_scores(D, T)
+    shifted = None if T == 0.0 or entry.hard else shifted_scores(D, T)
     if shifted is None:
         return _wsum(D.amin(dim=1), w)
-    z, D_min = shifted  # (n, k), (n, 1)
-    if assignment == "softmax":
-        # -2T logsumexp(-D/2T) = min_j d_ij - 2T logsumexp(z); D_min is detached and the
-        # gradient of the second term alone is R (the shift carries none).
-        return _wsum(D_min.squeeze(1) - 2.0 * T * torch.logsumexp(z, dim=1), w)
-    if assignment == "entmax15":
-        R = entmax15(z, dim=1)
-        ent = (4.0 / 3.0) * (1.0 - R.pow(1.5).sum(dim=1))
-    else:
-        R = sparsemax(z, dim=1)
-        ent = 0.5 * (1.0 - R.square().sum(dim=1))
-    return _wsum((R * D).sum(dim=1) - 2.0 * T * ent, w)
+    z, D_min = shifted  # (n, k) = -(D - D_min)/2T, (n, 1)
+    # F_i = min_j d_ij + 2T (<r_i, g_i> - H(r_i)) with gaps g = -z >= 0 (the registry's free
+    # energy; softmax: -log sum exp(z)). D_min is detached; the gradient is R either way.
+    R = None if entry.name == "softmax" else entry.forward(z, dim=1)
+    return _wsum(D_min.squeeze(1) + 2.0 * T * entry.free_energy(-z, R), w)
 
 
 def kmeans_objective(X: Tensor, C: Tensor, sample_weight: Tensor | None = None) -> Tensor:
@@ -149,12 +139,5 @@ def soft_objective(
 def entropy_bound(assignment: str, k: int) -> float:
     """``H_max``: the largest entropy of a k-point distribution for ``assignment``'s regulariser,
     so that ``J - 2T (sum w) H_max <= F_T <= J``."""
-    assignment = check_assignment(assignment)
-    k = check_positive_int(k, "k")
-    if assignment == "softmax":
-        return math.log(k)
-    if assignment == "entmax15":
-        return (4.0 / 3.0) * (1.0 - k**-0.5)
-    if assignment == "sparsemax":
-        return 0.5 * (1.0 - 1.0 / k)
-    return 0.0
+    entry = get_assignment(assignment)
+    return entry.max_entropy(check_positive_int(k, "k"))

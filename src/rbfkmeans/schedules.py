@@ -29,11 +29,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._validation import check_assignment, check_positive_int, check_temperature
+from ._validation import check_positive_int, check_temperature
+from .assignments import get_assignment
 from .distances import chunk_rows, iter_chunks
 
 if TYPE_CHECKING:
-    from .fitting import Comm
+    from .comm import Comm
 
 __all__ = [
     "covariance_eigmax",
@@ -46,11 +47,8 @@ __all__ = [
 
 def critical_temperature_factor(assignment: str, n_clusters: int) -> float:
     """``T_c / lambda_max``: 1 (softmax), ``sqrt(k)`` (entmax15), ``k`` (sparsemax), 0 (hard)."""
-    assignment = check_assignment(assignment)
-    k = check_positive_int(n_clusters, "n_clusters")
-    return {"softmax": 1.0, "entmax15": math.sqrt(k), "sparsemax": float(k), "hard": 0.0}[
-        assignment
-    ]
+    entry = get_assignment(assignment)
+    return entry.critical_factor(check_positive_int(n_clusters, "n_clusters"))
 
 
 def covariance_spread(
@@ -64,7 +62,7 @@ def covariance_spread(
 
     ``Sigma = sum_i w_i (x_i - mu)(x_i - mu)^T / sum_i w_i`` with ``mu`` the weighted mean: two
     chunked passes accumulated in float64 (no float64 copy of ``X``). With ``comm`` (a
-    :class:`rbfkmeans.fitting.Comm`) the sums run over every rank's shard. Returns
+    :class:`rbfkmeans.comm.Comm`) the sums run over every rank's shard. Returns
     ``(trace(Sigma) / d, lambda_max(Sigma))``; ``(0, 0)`` when the weights sum to zero.
     """
     n, d = X.shape

@@ -11,8 +11,15 @@ One step on a batch ``B`` (rows ``x_i``, weights ``w_i``, memberships ``r_ij``; 
 Since ``dF_B/dc_j = 2 (N^B_j c_j - S^B_j)``, this is the gradient step on the batch objective with
 the per-cluster rate ``eta_j = 1 / (2 n_j)``: MacQueen's online rule applied a batch at a time
 (Sculley 2010, "Web-scale k-means clustering"). A batch is never held as more than
-``chunk_rows x k`` memberships (:func:`rbfkmeans.fitting.cluster_stats`), and under
+``chunk_rows x k`` memberships (:func:`rbfkmeans.passes.cluster_stats`), and under
 ``torch.distributed`` the batch statistics are summed over ranks, so every rank takes the same step.
+
+:class:`MiniBatchKMeans` drives these steps over a stream of batches: it seeds the centroids by
+k-means++ on the first ``3k`` rows (over all ranks), then steps once per batch.
+:func:`macqueen_updates` is the point-by-point rule of ``RBFKMeans.partial_fit``: for each point
+``x`` with weight ``w`` and memberships ``r``, ``n_j <- n_j + w r_j`` and
+``c_j <- c_j + w r_j (x - c_j) / n_j``, the SGD step on ``J`` (or ``F_T``) with
+``eta_j = 1/(2 n_j)``.
 """
 
 from __future__ import annotations
@@ -24,41 +31,152 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .fitting import Comm, cluster_stats, relocate_empty
+from ._validation import check_positive_int, check_temperature
+from .assignments import Assignment, get_assignment
+from .comm import Comm
+from .lloyd import relocate_empty
+from .passes import Data, cluster_stats
+from .seeding import kmeans_plusplus
 
-__all__ = ["agree_on_batch", "array_batches", "batch_data", "minibatch_step"]
+__all__ = [
+    "MiniBatchKMeans",
+    "agree_on_batch",
+    "array_batches",
+    "batch_data",
+    "macqueen_updates",
+    "minibatch_step",
+]
 
 
 @torch.no_grad()
 def minibatch_step(
-    X: Tensor,
+    data: Data,
     C: Tensor,
     counts: Tensor,
     T: float,
-    assignment: str,
-    *,
-    sample_weight: Tensor | None = None,
-    chunk_size: int | None = None,
-    comm: Comm | None = None,
+    assignment: str | Assignment,
 ) -> tuple[Tensor, Tensor, float]:
-    """One mini-batch step (module docstring) on the batch ``X`` (b, d) from centroids ``C``
+    """One mini-batch step (module docstring) on the batch ``data`` (b, d) from centroids ``C``
     (k, d) and running counts ``counts`` (k,). Returns new ``(C, counts, J_B)`` with ``J_B`` the
-    batch's k-means objective at the old centroids (over all ranks).
+    batch's k-means objective at the old centroids (over all ranks of ``data.comm``).
 
     A cluster that has still received no mass (``n_j = 0``) is moved to the batch point farthest
     from the other centroids (its count stays 0, so its next step jumps to its members' mean).
     """
-    comm = comm or Comm.auto()
-    st = cluster_stats(X, C, T, assignment, sample_weight=sample_weight, chunk_size=chunk_size,
-                       comm=comm)
+    C = data.check_centroids(C)
+    if not isinstance(counts, Tensor) or counts.shape != (C.shape[0],):
+        raise ValueError(f"counts must be a tensor of shape ({C.shape[0]},); got "
+                         f"{tuple(getattr(counts, 'shape', ()))}")
+    st = cluster_stats(data, C, T, assignment)
     counts = counts + st.N  # (k,)
     tiny = torch.finfo(C.dtype).tiny
     rate = torch.where(counts > 0, 1.0 / counts.clamp(min=tiny), torch.zeros_like(counts))
     C = C + rate.unsqueeze(1) * (st.S - st.N.unsqueeze(1) * C)  # (k, d)
     empty = counts <= 0  # (k,) the same on every rank (counts are sums over ranks)
     if bool(empty.any()):
-        C = relocate_empty(X, C, empty, chunk_size=chunk_size, comm=comm)
+        C = relocate_empty(data, C, empty)
     return C, counts, st.inertia
+
+
+class MiniBatchKMeans:
+    """The state of a mini-batch fit over a stream: centroids, running counts, steps taken.
+
+    :meth:`feed` takes this rank's next batch (an empty (0, d) batch when its source is
+    exhausted but others' are not). Until ``3 n_clusters`` rows have arrived over all ranks they
+    are kept; then k-means++ seeds the centroids on them (``generator`` the same on every rank)
+    and they take one step together. :meth:`finish` seeds and steps on whatever was kept when the
+    whole stream held fewer rows. ``inertia`` sums the batches' ``J`` (at the centroids before
+    each step) since :meth:`new_epoch`.
+    """
+
+    def __init__(self, n_clusters: int, T: float, assignment: str | Assignment, *,
+                 generator: torch.Generator, chunk_size: int | None = None,
+                 comm: Comm | None = None) -> None:
+        self.k = check_positive_int(n_clusters, "n_clusters")
+        self.T = check_temperature(T)
+        self.assignment = get_assignment(assignment)
+        self.generator = generator
+        self.chunk_size = chunk_size
+        self.comm = comm if comm is not None else Comm()
+        self.C: Tensor | None = None
+        self.counts: Tensor | None = None
+        self.steps = 0
+        self.inertia = 0.0
+        self._seeding: list[tuple[Tensor, Tensor | None]] = []
+
+    def new_epoch(self) -> None:
+        self.inertia = 0.0
+
+    def _data(self, X: Tensor, w: Tensor | None) -> Data:
+        return Data(X, w, chunk_size=self.chunk_size, comm=self.comm, validate=False)
+
+    def _step(self, X: Tensor, w: Tensor | None) -> None:
+        assert self.C is not None
+        assert self.counts is not None
+        self.C, self.counts, J = minibatch_step(self._data(X, w), self.C, self.counts, self.T,
+                                                self.assignment)
+        self.inertia += J
+        self.steps += 1
+
+    def _seed(self) -> tuple[Tensor, Tensor | None]:
+        """k-means++ on the kept batches of all ranks; returns this rank's kept rows."""
+        parts = self._seeding
+        self._seeding = []
+        X = parts[0][0] if len(parts) == 1 else torch.cat([x for x, _ in parts])  # (m, d)
+        w = parts[0][1] if len(parts) == 1 else None
+        if len(parts) > 1 and any(v is not None for _, v in parts):
+            w = torch.cat([v if v is not None else x.new_ones(x.shape[0]) for x, v in parts])
+        m = int(self.comm.sum_scalars(X.shape[0])[0])
+        if m < self.k:
+            raise ValueError(f"n_samples={m} should be >= n_clusters={self.k} (the batches "
+                             "hold fewer rows in all than clusters)")
+        self.C = kmeans_plusplus(self._data(X, w), self.k, generator=self.generator)
+        self.counts = torch.zeros(self.k, dtype=self.C.dtype, device=self.C.device)
+        return X, w
+
+    def feed(self, X: Tensor, w: Tensor | None = None) -> None:
+        """Take this rank's next batch ``X`` (b, d) with weights ``w`` (b,) (a collective)."""
+        if self.C is None:
+            self._seeding.append((X, w))
+            if self.comm.sum_scalars(sum(x.shape[0] for x, _ in self._seeding))[0] < 3 * self.k:
+                return
+            X, w = self._seed()
+        self._step(X, w)
+
+    def finish(self) -> None:
+        """Seed and step on the kept rows if the stream ended before ``3k`` rows arrived."""
+        if self.C is None and self._seeding:
+            X, w = self._seed()
+            self.inertia = 0.0
+            self._step(X, w)
+
+
+@torch.no_grad()
+def macqueen_updates(
+    X: Tensor, C: Tensor, counts: Tensor, T: float, assignment: str | Assignment,
+    w: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Sequential MacQueen updates (module docstring) over the rows of ``X`` (n, d), in order,
+    from centroids ``C`` (k, d) and running counts ``counts`` (k,). Returns new ``(C, counts)``
+    (the inputs are not modified)."""
+    entry = get_assignment(assignment)
+    T = check_temperature(T)
+    C = C.clone()
+    counts = counts.clone()
+    hard = entry.hard or T == 0.0
+    for i in range(X.shape[0]):
+        x = X[i]  # (d,)
+        d = ((C - x) ** 2).sum(dim=1)  # (k,)
+        if hard:
+            r = torch.zeros_like(d)
+            r[int(d.argmin())] = 1.0
+        else:
+            r = entry.forward(d / (-2.0 * T), dim=0)
+        wr = r if w is None else r * w[i]  # (k,)
+        counts += wr
+        step = torch.where(counts > 0, wr / counts.clamp(min=torch.finfo(C.dtype).tiny), 0.0)
+        C += step.unsqueeze(1) * (x - C)
+    return C, counts
 
 
 def batch_data(item: Any) -> Any:

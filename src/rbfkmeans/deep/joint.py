@@ -55,7 +55,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._validation import check_assignment, check_positive_int
+from .._validation import check_positive_int
+from ..assignments import check_assignment, get_assignment
 from ..layer import KMeansLayer
 from ..objectives import objective_from_distances
 from ..schedules import critical_temperature, geometric_schedule
@@ -77,14 +78,7 @@ def mapping_entropy(P: Tensor, assignment: str) -> Tensor:
     r"""Row entropies ``H(P_i)`` (n,) of the mapping's regulariser: Shannon ``-sum p log p``
     (softmax), Tsallis ``(4/3)(1 - sum p^{3/2})`` (entmax15), Gini ``(1/2)(1 - sum p^2)``
     (sparsemax), ``0`` (hard)."""
-    assignment = check_assignment(assignment)
-    if assignment == "softmax":
-        return -torch.special.xlogy(P, P).sum(dim=-1)
-    if assignment == "entmax15":
-        return (4.0 / 3.0) * (1.0 - P.clamp_min(0).pow(1.5).sum(dim=-1))
-    if assignment == "sparsemax":
-        return 0.5 * (1.0 - P.square().sum(dim=-1))
-    return P.new_zeros(P.shape[:-1])
+    return get_assignment(assignment).entropy(P)
 
 
 def fenchel_young_loss(D: Tensor, P: Tensor, T: float, assignment: str) -> Tensor:
@@ -97,7 +91,7 @@ def fenchel_young_loss(D: Tensor, P: Tensor, T: float, assignment: str) -> Tenso
     F_sum = objective_from_distances(D, T, assignment)
     at_target = (P * D).sum() - 2.0 * T * mapping_entropy(P, assignment).sum()
     gap = (at_target - F_sum) / n
-    if T == 0.0 or assignment == "hard":
+    if T == 0.0 or get_assignment(assignment).hard:
         return gap
     return gap / (2.0 * T)
 
@@ -429,7 +423,7 @@ class DeepClusterer:
         Tc = self.critical_temperature_
         if self.epochs == 0:
             temps = np.zeros(0)
-        elif self.assignment == "hard" or Tc <= 0:
+        elif get_assignment(self.assignment).hard or Tc <= 0:
             temps = np.zeros(self.epochs)
         else:
             temps = epoch_temperatures(self.T_start * Tc, self.T_end * Tc, self.epochs)

@@ -13,8 +13,10 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from ..distances import sq_distances
-from ..fitting import kmeans_plusplus, lloyd
+from ..lloyd import lloyd
+from ..passes import Data
 from ..schedules import covariance_eigmax
+from ..seeding import kmeans_plusplus
 from .datasets import DATASETS, Dataset, make_dataset
 
 __all__ = [
@@ -126,8 +128,8 @@ def lloyd_fixed_point(
     best: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float, int] | None = None
     for s in range(starts):
         gen = torch.Generator().manual_seed(seed * 1000 + s)
-        C0 = kmeans_plusplus(X, k, generator=gen)
-        res = lloyd(X, C0, max_iter=1000)
+        C0 = kmeans_plusplus(Data(X), k, generator=gen)
+        res = lloyd(Data(X), C0, max_iter=1000)
         if not res.converged:
             continue
         if best is None or res.inertia < best[3]:

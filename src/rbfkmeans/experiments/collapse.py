@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..annealing import soft_lloyd
+from ..assignments import get_mapping
 from ..distances import shifted_scores, sq_distances
-from ..fitting import soft_lloyd
-from ..mappings import get_mapping
 from ..objectives import entropy_bound, kmeans_objective, soft_objective
+from ..passes import Data
 from ..schedules import covariance_eigmax
 from ._common import Context, DatasetContext, fit_exponential, fit_power, margins
 from .datasets import make_dataset
@@ -74,8 +75,8 @@ def _one_dataset(dc: DatasetContext, mapping: str, temps: np.ndarray, max_iter: 
         "n_soft", "fixed_point_residual")}
     for T in temps:
         T = float(T)
-        C_T, it, _ = soft_lloyd(X, C_star, T, mapping, max_iter=max_iter, tol=TOL)
-        C_next, _, _ = soft_lloyd(X, C_T, T, mapping, max_iter=1)
+        C_T, it, _ = soft_lloyd(Data(X), C_star, T, mapping, max_iter=max_iter, tol=TOL)
+        C_next, _, _ = soft_lloyd(Data(X), C_T, T, mapping, max_iter=1)
         out["T"].append(T)
         out["centroid_gap"].append(float((C_T - C_star).abs().max()))
         out["n_iter"].append(it)
@@ -106,7 +107,7 @@ def exact_hard_temperature(dc: DatasetContext, steps: int = 50) -> float:
     predicate does not change sign there."""
 
     def hard(T: float) -> bool:
-        C_T, _, _ = soft_lloyd(dc.X, dc.C_star, T, "entmax15", max_iter=200, tol=TOL)
+        C_T, _, _ = soft_lloyd(Data(dc.X), dc.C_star, T, "entmax15", max_iter=200, tol=TOL)
         still = float((C_T - dc.C_star).abs().max()) <= 1e-12
         return still and n_not_one_hot(dc.X, C_T, T, "entmax15") == 0
 

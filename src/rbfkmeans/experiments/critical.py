@@ -26,9 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..annealing import anneal, soft_lloyd
+from ..assignments import get_mapping
 from ..distances import sq_distances
-from ..fitting import anneal, soft_lloyd
-from ..mappings import get_mapping
+from ..passes import Data
 from ..schedules import critical_temperature_factor
 from ._common import Context, DatasetContext
 
@@ -83,7 +84,7 @@ def _spread_after(dc: DatasetContext, T: float, mapping: str, max_iter: int,
     mu = dc.X.mean(dim=0)
     noise = EPS * torch.randn((dc.k, dc.X.shape[1]), generator=gen, dtype=torch.float64)
     C0 = mu + noise - noise.mean(dim=0)  # zero-sum perturbation around the mean
-    C, it, _ = soft_lloyd(dc.X, C0, T, mapping, max_iter=max_iter, tol=1e-26)
+    C, it, _ = soft_lloyd(Data(dc.X), C0, T, mapping, max_iter=max_iter, tol=1e-26)
     return float((C - dc.X.mean(dim=0)).norm(dim=1).max()), it
 
 
@@ -94,7 +95,7 @@ def _phase(dc: DatasetContext, mapping: str, T_c: float, cooling: float, max_ite
     n_T = math.ceil(math.log(T_cold / T_hot) / math.log(cooling)) + 1
     temps = T_hot * cooling ** np.arange(n_T)
     C0 = dc.X.mean(dim=0).repeat(dc.k, 1)
-    res = anneal(dc.X, C0, temps.tolist(), mapping, max_iter=max_iter, tol=1e-16,
+    res = anneal(Data(dc.X), C0, temps.tolist(), mapping, max_iter=max_iter, tol=1e-16,
                  perturbation=EPS, generator=gen, stop_when_hard=False, rebalance=False)
     counts = [distinct_count(h["C"]) for h in res.history]  # type: ignore[arg-type]
     split = next((h["T"] for h, c in zip(res.history, counts, strict=True) if c > 1), None)

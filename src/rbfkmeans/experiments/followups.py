@@ -28,9 +28,10 @@ import torch
 
 from ..distances import sq_distances
 from ..estimator import RBFKMeans
-from ..fitting import lloyd
 from ..layer import KMeansLayer
+from ..lloyd import lloyd
 from ..objectives import kmeans_objective
+from ..passes import Data
 from ._common import Context, DatasetContext, match_max_error
 from .collapse import memberships
 
@@ -131,7 +132,7 @@ def online_learning(dc: DatasetContext, epochs: int, batch: int, seed: int) -> d
                            "initial_error": match_max_error(C0, C_star)}
     for key, path in (("partial_fit", path_pf), ("sgd", path_sgd)):
         # the Lloyd fixed point the online result sits next to (may differ from C*)
-        C_own = lloyd(X, path[-1], max_iter=1000).C
+        C_own = lloyd(Data(X), path[-1], max_iter=1000).C
         err = [match_max_error(C, C_star) for C in path]
         err_own = [match_max_error(C, C_own) for C in path]
         out[key] = {

@@ -21,8 +21,11 @@ from typing import Any
 
 import torch
 
-from ..fitting import cluster_stats, gradient_step, lloyd, soft_lloyd
+from ..annealing import soft_lloyd
+from ..gradient import gradient_step
+from ..lloyd import lloyd
 from ..objectives import kmeans_objective, soft_objective
+from ..passes import Data, cluster_stats
 from ._common import Context
 
 __all__ = ["gradient_vs_lloyd"]
@@ -50,7 +53,7 @@ def _one(ctx: Context, name: str, iters: int, seed: int) -> dict[str, Any]:
     T_small = 1e-9 * dc.lambda_max  # far below the margins met along the way
 
     def lloyd_step(C: torch.Tensor) -> torch.Tensor:
-        return lloyd(X, C, max_iter=1).C
+        return lloyd(Data(X), C, max_iter=1).C
 
     def grad_hard(C: torch.Tensor) -> torch.Tensor:
         return gradient_step(X, C, 0.0, "hard")[0]
@@ -65,7 +68,7 @@ def _one(ctx: Context, name: str, iters: int, seed: int) -> dict[str, Any]:
         return gradient_step(X, C, T_mid, "softmax")[0]
 
     def soft_lloyd_step(C: torch.Tensor) -> torch.Tensor:
-        return soft_lloyd(X, C, T_mid, "softmax", max_iter=1)[0]
+        return soft_lloyd(Data(X), C, T_mid, "softmax", max_iter=1)[0]
 
     paths = {
         "lloyd": _trajectory(lloyd_step, C0, iters),
@@ -83,7 +86,7 @@ def _one(ctx: Context, name: str, iters: int, seed: int) -> dict[str, Any]:
     # the two gradients at the start, at T_mid: bare vs relaxed
     _, g_bare, _ = gradient_step(X, C0, T_mid, "softmax", objective="bare")
     _, g_rel, _N = gradient_step(X, C0, T_mid, "softmax")
-    st = cluster_stats(X, C0, T_mid, "softmax")
+    st = cluster_stats(Data(X), C0, T_mid, "softmax")
     g_formula = 2 * st.N.unsqueeze(1) * (C0 - st.S / st.N.unsqueeze(1))  # 2 N_j (c_j - m_j)
     J = {key: [float(kmeans_objective(X, C)) for C in p] for key, p in paths.items()}
     F_mid = {key: [float(soft_objective(X, C, T_mid, "softmax")) for C in paths[key]]

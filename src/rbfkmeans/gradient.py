@@ -1,0 +1,156 @@
+r"""The gradient view: centroid steps by autograd on the relaxed objective.
+
+By the envelope theorem every relaxation has ``dF_T/dc_j = 2 N_j (c_j - m_j)``
+(:mod:`rbfkmeans.objectives`), so the gradient step with the per-cluster rate
+``eta_j = 1 / (2 N_j)``,
+
+.. math::
+
+    c_j \leftarrow c_j - \eta_j \frac{\partial F_T}{\partial c_j} = m_j,
+
+is the soft-Lloyd update, and Lloyd's update at ``T = 0``. A single global learning rate does not
+do this, and neither does differentiating the bare weighted loss ``sum_ij w_i r_ij d_ij`` through
+``R`` without the entropy term (``objective="bare"``). :class:`GradientStep` runs these steps (or
+any ``torch.optim`` optimiser on a :class:`~rbfkmeans.KMeansLayer`) as the step of the annealing
+driver, chunk by chunk and summed over ranks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from ._validation import check_positive_int, check_temperature
+from .assignments import Assignment, get_assignment
+from .distances import sq_distances
+from .layer import KMeansLayer
+from .lloyd import _empty_tol, relocate_empty
+from .objectives import objective_from_distances
+from .passes import Data
+
+__all__ = ["GradientStep", "gradient_step"]
+
+
+def gradient_step(
+    X: Tensor,
+    C: Tensor,
+    T: float,
+    assignment: str | Assignment,
+    *,
+    sample_weight: Tensor | None = None,
+    lr: float | Tensor | None = None,
+    objective: str = "relaxed",
+) -> tuple[Tensor, Tensor, Tensor]:
+    r"""One explicit gradient step on the centroids ``C`` (k, d) through autograd, on ``X`` (n, d).
+
+    ``objective="relaxed"`` differentiates ``F_T`` (the layer's objective, entropy included);
+    ``objective="bare"`` differentiates ``sum_ij w_i r_ij d_ij`` with ``R`` depending on ``C``
+    but no entropy term, which is *not* ``2 N_j (c_j - m_j)`` at finite ``T``.
+    With ``lr=None`` the per-cluster step ``eta_j = 1 / (2 N_j)`` is used, which makes the step
+    land on ``m_j`` (the soft-Lloyd update; Lloyd's update when hard). Returns
+    ``(C_new, grad, N)``.
+    """
+    entry = get_assignment(assignment)
+    T = check_temperature(T)
+    if objective not in ("relaxed", "bare"):
+        raise ValueError(f"objective must be 'relaxed' or 'bare'; got {objective!r}")
+    w = 1 if sample_weight is None else sample_weight
+    Cp = C.detach().clone().requires_grad_(True)
+    D = sq_distances(X, Cp)  # (n, k); validates shapes
+    hard = entry.hard or T == 0.0
+    if hard:
+        # J = sum_i w_i sum_j r_ij d_ij with R piecewise constant: its gradient is the same
+        R = torch.zeros_like(D).scatter_(1, D.detach().argmin(1, keepdim=True), 1.0)
+        F = ((R * D).sum(1) * w).sum()
+    elif objective == "relaxed":
+        F = objective_from_distances(D, T, entry, sample_weight)
+    else:
+        F = ((entry.forward(D / (-2.0 * T), dim=1) * D).sum(1) * w).sum()
+    (grad,) = torch.autograd.grad(F, Cp)
+    with torch.no_grad():
+        R = (
+            torch.zeros_like(D).scatter_(1, D.argmin(1, keepdim=True), 1.0)
+            if hard
+            else entry.forward(D / (-2.0 * T), dim=1)
+        )
+        w_vec = torch.ones(X.shape[0], dtype=X.dtype, device=X.device) if sample_weight is None \
+            else sample_weight
+        N = w_vec @ R  # (k,)
+        if lr is None:
+            eta = 1.0 / (2.0 * N.clamp(min=torch.finfo(N.dtype).tiny))
+            C_new = torch.where((N > 0).unsqueeze(1), C - eta.unsqueeze(1) * grad, C)
+        else:
+            C_new = C - lr * grad
+    return C_new.detach(), grad.detach(), N
+
+
+class GradientStep:
+    r"""The iterations at one temperature by autograd on a :class:`~rbfkmeans.KMeansLayer`.
+
+    With ``optimizer=None`` each iteration is the per-cluster step ``eta_j = 1/(2 N_j)``
+    (:func:`gradient_step`, equal to the soft-Lloyd step; empty clusters relocated as there);
+    otherwise ``optimizer(layer.parameters())`` (any ``torch.optim`` optimiser, its state kept
+    across temperatures) steps on ``F_T / sum(w)``. Gradients are accumulated over row chunks (no
+    pass holds more than a chunk's memberships and their autograd graph) and summed over ranks.
+    Iterations stop when ``sum_j ||c_j^new - c_j||^2 <= tol`` or after ``max_iter``.
+    """
+
+    def __init__(
+        self,
+        assignment: str | Assignment,
+        C0: Tensor,
+        *,
+        optimizer: Callable[..., torch.optim.Optimizer] | None = None,
+        max_iter: int = 50,
+        tol: float = 0.0,
+    ) -> None:
+        self.assignment = get_assignment(assignment)
+        self.layer = KMeansLayer(C0, temperature=1.0, assignment=self.assignment.name)
+        self.opt = optimizer(self.layer.parameters()) if optimizer is not None else None
+        self.max_iter = check_positive_int(max_iter, "max_iter")
+        if not (isinstance(tol, int | float) and math.isfinite(tol) and tol >= 0):
+            raise ValueError(f"tol must be a finite number >= 0; got {tol!r}")
+        self.tol = float(tol)
+
+    def _lloyd_rate(self, data: Data, C: Tensor, T: float) -> Tensor:
+        grad, N = torch.zeros_like(C), C.new_zeros(C.shape[0])
+        for s in data.chunks(C.shape[0]):
+            _, g, Nc = gradient_step(data.X[s], C, T, self.assignment,
+                                     sample_weight=data.weight(s))
+            grad += g
+            N += Nc
+        data.comm.sum_(grad, N)
+        eta = 1.0 / (2.0 * N.clamp(min=torch.finfo(N.dtype).tiny))  # (k,) 1 / (2 N_j)
+        C_new = torch.where((N > 0).unsqueeze(1), C - eta.unsqueeze(1) * grad, C)
+        empty = _empty_tol(float(N.sum())) >= N  # (k,) the rule of the soft-Lloyd step
+        return relocate_empty(data, C_new, empty) if bool(empty.any()) else C_new
+
+    def _optimizer_step(self, data: Data, wsum: float) -> None:
+        assert self.opt is not None
+        self.opt.zero_grad()
+        for s in data.chunks(self.layer.n_clusters):  # d(F_T / sum w) chunk by chunk
+            (self.layer.objective(data.X[s], data.weight(s)) / wsum).backward()
+        if self.layer.centroids.grad is not None:
+            data.comm.sum_(self.layer.centroids.grad)
+        self.opt.step()
+
+    def __call__(self, data: Data, C: Tensor, T: float) -> tuple[Tensor, int]:
+        with torch.no_grad():
+            self.layer.centroids.copy_(C)
+        self.layer.temperature = T
+        wsum = data.total_weight() if self.opt is not None else 1.0
+        it = 0
+        for it in range(1, self.max_iter + 1):  # noqa: B007 (read after)
+            C_old = self.layer.centroids.detach().clone()
+            if self.opt is None:
+                C_new = self._lloyd_rate(data, C_old, T)
+                with torch.no_grad():
+                    self.layer.centroids.copy_(C_new)
+            else:
+                self._optimizer_step(data, wsum)
+            if float(((self.layer.centroids.detach() - C_old) ** 2).sum()) <= self.tol:
+                break
+        return self.layer.centroids.detach().clone(), it

@@ -1,0 +1,179 @@
+r"""Hard Lloyd iterations and the relocation of empty clusters.
+
+One Lloyd iteration assigns each point to its nearest centroid and moves each centroid to the
+(weighted) mean of its points,
+
+.. math::
+
+    S_j = \{ i : j = \operatorname{argmin}_l d_{il} \}, \qquad
+    c_j \leftarrow \frac{\sum_{i \in S_j} w_i x_i}{\sum_{i \in S_j} w_i},
+
+the gradient step on ``J`` with ``eta_j = 1 / (2 |S_j|)``. A cluster left with no weight is
+relocated as scikit-learn does (``KMeans(algorithm="lloyd")``): it takes the point farthest from
+its own (old) centroid, and that point leaves its old cluster's mean. So from the same start the
+two give the same centroids. The soft solvers and the mini-batch step, whose memberships have no
+single owner, move an empty centroid to the point farthest from the other centroids
+(:func:`relocate_empty`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ._validation import check_positive_int
+from .passes import Data, Stats, cluster_stats, nearest
+
+__all__ = ["LloydResult", "farthest_points", "lloyd", "mean_update", "relocate_empty"]
+
+
+@dataclass
+class LloydResult:
+    """Centroids, nearest-centroid labels, ``J``, iterations run, whether the labels settled."""
+
+    C: Tensor
+    labels: Tensor
+    inertia: float
+    n_iter: int
+    converged: bool
+
+
+def _top_over_ranks(data: Data, score: Tensor, m: int, *extra: Tensor) -> tuple[Tensor, ...]:
+    """The rows with the ``m`` largest ``score`` over all ranks (largest first): the scores and
+    the matching rows of ``X`` and of each ``extra`` (n, ...) tensor. Fewer when there are fewer
+    rows in all."""
+    top = score.topk(min(m, score.numel())).indices
+    picked = [score[top], data.X[top], *(t[top] for t in extra)]
+    comm = data.comm
+    if not comm.active:
+        return tuple(picked)
+    pad = m - picked[0].numel()  # every rank sends m rows; padding scores -inf
+    if pad:
+        picked[0] = torch.cat([picked[0], picked[0].new_full((pad,), -math.inf)])
+        picked[1:] = [torch.cat([t, t.new_zeros((pad, *t.shape[1:]))]) for t in picked[1:]]
+    gathered = [comm.all_gather(t) for t in picked]
+    top = gathered[0].topk(m).indices
+    top = top[gathered[0][top] > -math.inf]  # fewer than m rows in all: drop the padding
+    return tuple(t[top] for t in gathered)
+
+
+@torch.no_grad()
+def farthest_points(data: Data, C: Tensor, m: int) -> Tensor:
+    """The ``m`` points (m, d) farthest from their nearest centroid of ``C``, over all ranks,
+    farthest first (fewer when the data holds fewer rows)."""
+    m = check_positive_int(m, "m")
+    return _top_over_ranks(data, nearest(data, C).dist, m)[1]
+
+
+@torch.no_grad()
+def relocate_empty(data: Data, C_new: Tensor, empty: Tensor) -> Tensor:
+    """Move the centroids flagged in ``empty`` (k,) bool to the points farthest from the other
+    centroids of ``C_new``; returns new centroids (never NaN; the input is not modified)."""
+    idx = empty.nonzero().squeeze(1)
+    if idx.numel() == 0:
+        return C_new
+    keep = ~empty
+    C_out = C_new.clone()
+    if bool(keep.any()):
+        far = farthest_points(data, C_new[keep], int(idx.numel()))
+        C_out[idx[: far.shape[0]]] = far
+    return C_out
+
+
+def _empty_tol(N_total: float) -> float:
+    """Weight below which a soft cluster counts as empty."""
+    return 0.0 if N_total == 0 else 1e-12 * N_total
+
+
+def mean_update(data: Data, C: Tensor, st: Stats) -> tuple[Tensor, int]:
+    """The soft-Lloyd update ``c_j <- S_j / N_j`` from a pass's statistics; clusters with
+    ``N_j <= 1e-12 sum_j N_j`` are relocated by :func:`relocate_empty`. Returns
+    ``(C_new, number relocated)``."""
+    empty = _empty_tol(float(st.N.sum())) >= st.N
+    C_new = st.S / st.N.clamp(min=torch.finfo(st.N.dtype).tiny).unsqueeze(1)
+    C_new = torch.where(empty.unsqueeze(1), C, C_new)
+    n_empty = int(empty.sum())
+    if n_empty:
+        C_new = relocate_empty(data, C_new, empty)
+    return C_new, n_empty
+
+
+def _lloyd_update(data: Data, C: Tensor, st: Stats) -> tuple[Tensor, int]:
+    """``c_j <- S_j / N_j`` after a hard pass, empty clusters relocated as scikit-learn does: the
+    ``m`` points farthest from their own centroid (farthest first) become the ``m`` empty
+    centroids and leave the sums of the clusters they came from."""
+    assert st.labels is not None
+    N, S = st.N.clone(), st.S.clone()
+    empty = (N == 0).nonzero().squeeze(1)
+    m = int(empty.numel())
+    if m:
+        own = torch.empty(data.n, dtype=data.X.dtype, device=data.X.device)  # (n,)
+        for s in data.chunks(data.d):  # squared distance of each point to its own centroid
+            own[s] = (data.X[s] - C[st.labels[s]]).square_().sum(dim=1)
+        w = data.w if data.w is not None else torch.ones_like(own)
+        _, far_x, far_lab, far_w = _top_over_ranks(data, own, m, st.labels, w)
+        for j, x, a, wx in zip(empty.tolist(), far_x, far_lab.tolist(), far_w, strict=False):
+            S[a] -= wx * x
+            N[a] -= wx
+            S[j] = wx * x
+            N[j] = wx
+    C_new = torch.where((N > 0).unsqueeze(1), S / N.clamp(min=torch.finfo(N.dtype).tiny)
+                        .unsqueeze(1), C)
+    if m:  # a relocated centroid sits on its point, even when that point weighs nothing
+        C_new[empty[: far_x.shape[0]]] = far_x
+    return C_new, m
+
+
+@torch.no_grad()
+def lloyd(
+    data: Data,
+    C0: Tensor,
+    *,
+    max_iter: int = 300,
+    tol: float = 0.0,
+    callback: Callable[[int, Tensor, Stats], None] | None = None,
+) -> LloydResult:
+    r"""Hard Lloyd iterations ``c_j <- mean of S_j`` from ``C0`` (k, d).
+
+    Stops when the labels no longer change (strict convergence: the result is a Lloyd fixed
+    point) or, if ``tol > 0``, when ``sum_j ||c_j^new - c_j||^2 <= tol``, or after ``max_iter``.
+    Same stopping rules as ``sklearn.cluster.KMeans(algorithm="lloyd")``, whose ``tol`` is in
+    absolute units here (the estimator scales it by the mean feature variance). ``callback(it, C,
+    stats)`` is called after each assignment pass (``stats`` with the objective at ``C``).
+    """
+    max_iter = check_positive_int(max_iter, "max_iter")
+    if not (isinstance(tol, int | float) and math.isfinite(tol) and tol >= 0):
+        raise ValueError(f"tol must be a finite number >= 0; got {tol!r}")
+    C = data.check_centroids(C0, "C0").clone()
+    comm = data.comm
+    labels_old: Tensor | None = None
+    converged = False
+    it = 0
+    for it in range(1, max_iter + 1):
+        st = cluster_stats(data, C, 0.0, "hard", return_labels=True,
+                           objective=callback is not None)
+        assert st.labels is not None
+        if callback is not None:
+            callback(it, C, st)
+        C_new, n_empty = _lloyd_update(data, C, st)
+        shift = float(((C_new - C) ** 2).sum())
+        same = labels_old is not None and bool(torch.equal(st.labels, labels_old))
+        if comm.active:
+            same = comm.sum_scalars(0.0 if same else 1.0)[0] == 0.0
+        C = C_new
+        # relocations that move nothing (duplicate points, fewer distinct points than k) repeat
+        # forever: the centroids are then a fixed point too
+        if same and (n_empty == 0 or shift == 0.0):
+            converged = True
+            break
+        labels_old = st.labels
+        if tol > 0 and shift <= tol:
+            converged = True
+            break
+    final = cluster_stats(data, C, 0.0, "hard", return_labels=True)
+    assert final.labels is not None
+    return LloydResult(C, final.labels, final.inertia, it, converged)

@@ -1,0 +1,285 @@
+r"""One pass over the data: the pass context, the soft-Lloyd statistics, the nearest centroids.
+
+Every solver is built on chunked passes over (possibly sharded) data held by a :class:`Data`
+context: the points ``X`` (n, d), their weights ``w`` (n,), the row norms ``||x_i||^2``, the
+process group (:class:`~rbfkmeans.comm.Comm`, local unless one is handed in) and the chunk budget.
+No pass holds more than ``chunk_rows x k`` memberships or distances.
+
+:func:`cluster_stats` returns the sufficient statistics of the soft-Lloyd step at temperature
+``T`` for an assignment ``m`` (:mod:`rbfkmeans.assignments`):
+
+.. math::
+
+    R = m(-D / 2T), \qquad N_j = \sum_i w_i r_{ij}, \qquad S_j = \sum_i w_i r_{ij} x_i,
+
+plus the relaxed objective ``F_T`` and the k-means objective ``J`` at the current centroids. The
+update ``c_j <- m_j = S_j / N_j`` is the gradient step ``c_j - eta_j dF_T/dc_j`` with the
+per-cluster step ``eta_j = 1 / (2 N_j)`` (because ``dF_T/dc_j = 2 N_j (c_j - m_j)``); at ``T = 0``
+(a hard assignment) ``N_j = |S_j|`` and it is exactly one Lloyd iteration.
+
+:func:`nearest` is the one chunked nearest (or two-nearest) centroid reducer: prediction,
+relocation of empty clusters, duplicate rebalancing, k-means++ and the swap search use it.
+Sums are reduced over the ranks of ``data.comm``, so every rank gets the statistics of the
+concatenated data; labels and per-point distances stay local.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ._validation import check_finite, check_matrix, check_positive_int, check_temperature
+from .assignments import Assignment, get_assignment
+from .comm import Comm
+from .distances import chunk_rows, cross_term, iter_chunks, row_norms_sq
+
+__all__ = ["Data", "Nearest", "Stats", "cluster_stats", "nearest"]
+
+
+class Data:
+    """The context of a pass: ``X`` (n, d), weights, row norms, process group, chunk budget.
+
+    Parameters
+    ----------
+    X : Tensor (n, d)
+        float32 or float64 points (this rank's shard under ``torch.distributed``); never modified.
+    sample_weight : Tensor (n,), optional
+        Non-negative finite weights (converted to ``X``'s dtype and device).
+    chunk_size : int, optional
+        Rows per chunk (default :func:`rbfkmeans.distances.chunk_rows`: about ``2^20`` entries).
+    comm : Comm, optional
+        Reductions over a process group; default local.
+    validate : bool, default True
+        Check ``X`` for NaN/inf (one reduction); off where the caller has checked already.
+    """
+
+    def __init__(
+        self,
+        X: Tensor,
+        sample_weight: Tensor | None = None,
+        *,
+        chunk_size: int | None = None,
+        comm: Comm | None = None,
+        validate: bool = True,
+    ) -> None:
+        check_matrix(X, "X", "(n, d)")
+        if X.dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"X must be float32 or float64; got {X.dtype}")
+        if validate:
+            check_finite(X, "X")
+        if sample_weight is not None:
+            if not isinstance(sample_weight, Tensor):
+                raise TypeError(
+                    f"sample_weight must be a torch.Tensor; got {type(sample_weight).__name__}"
+                )
+            if sample_weight.shape != (X.shape[0],):
+                raise ValueError(f"sample_weight must have shape ({X.shape[0]},); got "
+                                 f"{tuple(sample_weight.shape)}")
+            sample_weight = sample_weight.to(device=X.device, dtype=X.dtype)
+            if validate:
+                check_finite(sample_weight, "sample_weight")
+                if bool((sample_weight < 0).any()):
+                    raise ValueError("sample_weight must be >= 0; got a negative entry "
+                                     f"{sample_weight.min().item()}")
+        if chunk_size is not None:
+            chunk_size = check_positive_int(chunk_size, "chunk_size")
+        if comm is not None and not isinstance(comm, Comm):
+            raise TypeError(f"comm must be a rbfkmeans.comm.Comm; got {type(comm).__name__}")
+        self.X = X
+        self.w = sample_weight
+        self.chunk_size = chunk_size
+        self.comm = comm if comm is not None else Comm()
+        self._X_sq: Tensor | None = None
+
+    @property
+    def n(self) -> int:
+        """Local number of rows."""
+        return int(self.X.shape[0])
+
+    @property
+    def d(self) -> int:
+        return int(self.X.shape[1])
+
+    @property
+    def X_sq(self) -> Tensor:
+        """``||x_i||^2`` (n,), computed on first use."""
+        if self._X_sq is None:
+            self._X_sq = row_norms_sq(self.X)
+        return self._X_sq
+
+    def rows(self, width: int) -> int:
+        """Rows per chunk for ``width`` entries per row (``k`` memberships, say)."""
+        return chunk_rows(self.n, width, self.chunk_size)
+
+    def chunks(self, width: int) -> Iterator[slice]:
+        """Row slices of at most :meth:`rows` rows covering the local data."""
+        return iter_chunks(self.n, self.rows(width))
+
+    def weight(self, s: slice) -> Tensor | None:
+        """The weights of the rows ``s`` (None when unweighted)."""
+        return None if self.w is None else self.w[s]
+
+    def total_weight(self) -> float:
+        """``sum_i w_i`` over all ranks (``n`` when unweighted)."""
+        local = float(self.n) if self.w is None else float(self.w.sum(dtype=torch.float64))
+        return self.comm.sum_scalars(local)[0]
+
+    def check_centroids(self, C: Any, name: str = "C") -> Tensor:
+        """Raise unless ``C`` is a finite (k, d) tensor with this data's ``d``; returns it in the
+        data's dtype and device (no copy when it already is)."""
+        check_matrix(C, name, "(k, d)")
+        if C.shape[0] < 1 or C.shape[1] != self.d:
+            raise ValueError(f"{name} must have shape (k, {self.d}) with k >= 1 to match X; "
+                             f"got {tuple(C.shape)}")
+        check_finite(C, name)
+        return C.to(device=self.X.device, dtype=self.X.dtype)
+
+
+@dataclass
+class Stats:
+    """Statistics of one pass at centroids ``C`` and temperature ``T`` (summed over ranks).
+
+    ``N`` (k,) weighted memberships, ``S`` (k, d) weighted member sums, ``objective`` the relaxed
+    objective ``F_T`` (``J`` when hard), ``inertia`` ``J``, ``n_soft`` the (weighted count of)
+    points whose membership is not one-hot, ``labels`` the nearest centroid of each local point
+    when asked for.
+    """
+
+    N: Tensor
+    S: Tensor
+    objective: float
+    inertia: float
+    n_soft: float
+    labels: Tensor | None = None
+
+
+def _scores(Xc: Tensor, C: Tensor, C_sq: Tensor, T: float) -> Tensor:
+    """Shifted scores ``Z = (x.c - ||c||^2/2) / T = W x + b`` (b, k): ``z + ||x||^2/(2T)``,
+    one fused ``addmm`` (the Linear layer of the k-means layer)."""
+    return torch.addmm(C_sq.unsqueeze(0), Xc, C.T, beta=-0.5 / T, alpha=1.0 / T)
+
+
+def _wsum(v: Tensor, w: Tensor | None) -> Tensor:
+    """``sum_i w_i v_i`` in float64."""
+    return v.sum(dtype=torch.float64) if w is None else v.double() @ w.double()
+
+
+@torch.no_grad()
+def cluster_stats(
+    data: Data,
+    C: Tensor,
+    T: float,
+    assignment: str | Assignment,
+    *,
+    return_labels: bool = False,
+    hard_tol: float = 1e-7,
+    objective: bool = True,
+) -> Stats:
+    """One chunked pass: ``N``, ``S``, ``F_T`` and ``J`` at centroids ``C`` (module docstring).
+
+    A hard assignment or ``T = 0`` uses the nearest centroid (ties to the lowest index). A point
+    counts as soft when its largest membership is below ``1 - hard_tol``. With
+    ``objective=False`` only ``N`` and ``S`` are computed (the inner iterations of the soft
+    solvers); ``objective``, ``inertia`` and ``n_soft`` are then NaN.
+    """
+    entry = get_assignment(assignment)
+    T = check_temperature(T)
+    C = data.check_centroids(C)
+    k, d = C.shape
+    hard = entry.hard or T == 0.0
+    dev, dt = data.X.device, data.X.dtype
+    C_sq = row_norms_sq(C)  # (k,)
+    N = torch.zeros(k, dtype=dt, device=dev)
+    S = torch.zeros(k, d, dtype=dt, device=dev)
+    obj = torch.zeros((), dtype=torch.float64, device=dev)
+    inertia = torch.zeros((), dtype=torch.float64, device=dev)
+    n_soft = torch.zeros((), dtype=torch.float64, device=dev)
+    labels = torch.empty(data.n, dtype=torch.long, device=dev) if return_labels else None
+    X_sq = data.X_sq if objective else None
+    for s in data.chunks(k):
+        Xc = data.X[s]  # (b, d)
+        w = data.weight(s)  # (b,)
+        Xw = Xc if w is None else Xc * w.unsqueeze(1)  # (b, d)
+        if hard:
+            gmin, lab = cross_term(Xc, C, C_sq).min(dim=1)  # (b,), (b,): ||c||^2 - 2 x.c
+            if w is None:
+                N += torch.bincount(lab, minlength=k).to(dt)
+            else:
+                N.index_add_(0, lab, w)
+            S.index_add_(0, lab, Xw)
+            if objective:
+                assert X_sq is not None
+                inertia += _wsum(gmin.add_(X_sq[s]).clamp_(min=0.0), w)
+            if labels is not None:
+                labels[s] = lab
+            continue
+        Z = _scores(Xc, C, C_sq, T)  # (b, k)
+        if labels is not None:
+            labels[s] = Z.argmax(dim=1)  # nearest centroid, ties to the lowest index
+        if objective:
+            assert X_sq is not None
+            assert entry.inplace is not None
+            R = entry.inplace(Z.clone())  # (b, k); Z kept for the objective
+            # F_i = dmin_i + 2T free_energy(gap_i, r_i), written relative to the row maximum so
+            # nothing cancels at small T: d_ij = dmin_i + 2T (max_l Z_il - Z_ij)
+            zmax = Z.amax(dim=1, keepdim=True)  # (b, 1)
+            dmin = (X_sq[s] - 2.0 * T * zmax.squeeze(1)).clamp_(min=0.0)  # (b,)
+            gap = torch.sub(zmax, Z, out=Z)  # (b, k) >= 0, in place of Z
+            row_obj = dmin + 2.0 * T * entry.free_energy(gap, R)
+            soft = (R.amax(dim=1) < 1.0 - hard_tol).to(dt)  # (b,)
+            obj += _wsum(row_obj, w)
+            inertia += _wsum(dmin, w)
+            n_soft += _wsum(soft, w)
+        else:
+            assert entry.inplace is not None
+            R = entry.inplace(Z)  # (b, k), Z overwritten where possible
+        N += R.sum(dim=0) if w is None else w @ R
+        S.addmm_(R.T, Xw)
+    if hard:
+        obj = inertia
+    if not objective:
+        obj = inertia = n_soft = torch.full((), math.nan, dtype=torch.float64, device=dev)
+    data.comm.sum_(N, S, obj, inertia, n_soft)
+    return Stats(N, S, float(obj), float(inertia), float(n_soft), labels)
+
+
+@dataclass
+class Nearest:
+    """Per local point: squared distance to the nearest centroid(s) and its index.
+
+    ``dist`` and ``labels`` are (n,) for the nearest centroid, (n, 2) with ``two=True`` (nearest
+    first; ties to the lowest index)."""
+
+    dist: Tensor
+    labels: Tensor
+
+
+@torch.no_grad()
+def nearest(data: Data, C: Tensor, *, two: bool = False) -> Nearest:
+    """The nearest centroid of each local point (or its two nearest, ``two=True``), with the
+    squared distances ``d_ij = ||x_i||^2 + (||c_j||^2 - 2 x_i.c_j)``, clamped at 0; one chunked
+    pass, nothing larger than a chunk of distances. Needs ``k >= 2`` for ``two``."""
+    C = data.check_centroids(C)
+    k = C.shape[0]
+    if two and k < 2:
+        raise ValueError(f"two nearest centroids need k >= 2; got C of shape {tuple(C.shape)}")
+    C_sq = row_norms_sq(C)
+    shape = (data.n, 2) if two else (data.n,)
+    dist = torch.empty(shape, dtype=data.X.dtype, device=data.X.device)
+    labels = torch.empty(shape, dtype=torch.long, device=data.X.device)
+    X_sq = data.X_sq
+    for s in data.chunks(k):
+        G = cross_term(data.X[s], C, C_sq)  # (b, k)
+        if two:
+            g, lab = G.topk(2, dim=1, largest=False, sorted=True)  # (b, 2)
+            dist[s] = g.add_(X_sq[s].unsqueeze(1)).clamp_(min=0.0)
+        else:
+            g, lab = G.min(dim=1)  # (b,)
+            dist[s] = g.add_(X_sq[s]).clamp_(min=0.0)
+        labels[s] = lab
+    return Nearest(dist, labels)

@@ -1,0 +1,178 @@
+r"""Swap search: move a centroid from where it is least needed to where it is most needed.
+
+Annealing allocates centroids to regions as clusters split; when two splits compete, the
+allocation can end one centroid short in one region and one spare in another, which no Lloyd
+iteration undoes. A *swap* deletes centroid ``a`` and splits cluster ``j`` in two; its predicted
+change of ``J`` is
+
+.. math::
+
+    \Delta J \approx \underbrace{\sum_{i \in S_a} w_i \,(d_i^{(2)} - d_i^{(1)})}_{\text{removal}[a]}
+    \;-\; \underbrace{\frac{n_+ n_-}{n_j} \lVert m_+ - m_- \rVert^2}_{\text{gain}[j]},
+
+with ``d^(1), d^(2)`` the distances to the nearest and second-nearest centroid and ``m_+, m_-``
+the means of the halves of cluster ``j`` cut through ``c_j`` normal to its principal axis. The
+cheapest swaps are tried by Lloyd iterations and kept only when ``J`` drops (Kanungo et al. 2004
+show single swaps give a constant-factor approximation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ._validation import check_positive_int
+from .lloyd import LloydResult, lloyd
+from .passes import Data, nearest
+
+__all__ = ["SwapResult", "swap_costs", "swap_search"]
+
+
+@dataclass
+class SwapResult:
+    """Outcome of :func:`swap_search`: the Lloyd fixed point reached, its labels and ``J``, the
+    Lloyd iterations run by every trial, the swaps kept and the swaps tried."""
+
+    C: Tensor
+    labels: Tensor
+    inertia: float
+    n_iter: int
+    n_swaps: int
+    n_trials: int
+    converged: bool
+
+
+def _check_labels(data: Data, labels: Tensor, k: int) -> Tensor:
+    if not isinstance(labels, Tensor) or labels.shape != (data.n,) or labels.dtype != torch.long:
+        raise ValueError(f"labels must be an int64 tensor of shape ({data.n},); got "
+                         f"{getattr(labels, 'dtype', type(labels).__name__)} "
+                         f"{tuple(getattr(labels, 'shape', ()))}")
+    if data.n and (int(labels.min()) < 0 or int(labels.max()) >= k):
+        raise ValueError(f"labels must lie in [0, {k}); got values in "
+                         f"[{int(labels.min())}, {int(labels.max())}]")
+    return labels
+
+
+@torch.no_grad()
+def swap_costs(
+    data: Data,
+    C: Tensor,
+    labels: Tensor,
+    *,
+    generator: torch.Generator | None = None,
+    power_iter: int = 5,
+) -> tuple[Tensor, Tensor, Tensor]:
+    r"""What removing each centroid costs and what splitting each cluster in two gains.
+
+    With ``labels`` the nearest centroid of each point (``k >= 2``):
+
+    * ``removal[a] = sum_{i in S_a} w_i (d_i^(2) - d_i^(1))``: the increase of ``J`` when ``c_a``
+      is deleted and its points go to their second-nearest centroid (exact, others fixed);
+    * ``gain[j] = (n_+ n_- / n_j) ||m_+ - m_-||^2``: the decrease of ``J`` when cluster ``j`` is
+      cut by the hyperplane through ``c_j`` normal to its principal axis (``power_iter`` power
+      iterations on the weighted scatter matrix, from a random start drawn from ``generator``)
+      and each half gets its mean ``m_+``, ``m_-`` (exact for that partition; 0 when a half is
+      empty);
+    * ``halves`` (k, 2, d): those means.
+
+    All sums are accumulated in float64 and reduced over the ranks; nothing larger than a chunk.
+    """
+    C = data.check_centroids(C)
+    k, d = C.shape
+    labels = _check_labels(data, labels, k)
+    power_iter = check_positive_int(power_iter, "power_iter")
+    comm, dev = data.comm, data.X.device
+    w = None if data.w is None else data.w.double()
+    two = nearest(data, C, two=True).dist  # (n, 2)
+    extra = (two[:, 1] - two[:, 0]).double()  # (n,)
+    removal = torch.zeros(k, dtype=torch.float64, device=dev)
+    removal.index_add_(0, labels, extra if w is None else extra * w)
+    comm.sum_(removal)
+    V = torch.randn(k, d, generator=generator, dtype=torch.float64).to(dev)  # (k, d)
+    for _ in range(power_iter):  # V_j <- Sigma_j V_j, Sigma_j the scatter of cluster j
+        U = torch.zeros(k, d, dtype=torch.float64, device=dev)
+        for s in data.chunks(max(k, d)):
+            lab = labels[s]
+            Y = (data.X[s] - C[lab]).double()  # (b, d)
+            proj = (Y * V[lab]).sum(dim=1)  # (b,)
+            if w is not None:
+                proj = proj * w[s]
+            U.index_add_(0, lab, Y * proj.unsqueeze(1))
+        comm.sum_(U)
+        V = U / U.norm(dim=1, keepdim=True).clamp(min=1e-300)  # 0 for a cluster of one point
+    count = torch.zeros(2 * k, dtype=torch.float64, device=dev)
+    total = torch.zeros(2 * k, d, dtype=torch.float64, device=dev)
+    for s in data.chunks(max(k, d)):
+        lab = labels[s]
+        Xc = data.X[s].double()
+        side = ((Xc - C[lab].double()) * V[lab]).sum(dim=1) > 0  # (b,)
+        half = 2 * lab + side.long()  # (b,)
+        wc = torch.ones_like(side, dtype=torch.float64) if w is None else w[s]
+        count.index_add_(0, half, wc)
+        total.index_add_(0, half, Xc * wc.unsqueeze(1))
+    comm.sum_(count, total)
+    count, total = count.view(k, 2), total.view(k, 2, d)
+    halves = total / count.clamp(min=1e-300).unsqueeze(2)  # (k, 2, d)
+    both = (count > 0).all(dim=1)  # (k,)
+    between = count.prod(dim=1) / count.sum(dim=1).clamp(min=1e-300)
+    gain = torch.where(both, between * (halves[:, 0] - halves[:, 1]).square().sum(dim=1), 0.0)
+    return removal, gain, halves.to(data.X.dtype)
+
+
+@torch.no_grad()
+def swap_search(
+    data: Data,
+    start: LloydResult,
+    *,
+    max_swaps: int = 10,
+    n_candidates: int = 3,
+    slack: float = 0.1,
+    max_iter: int = 300,
+    generator: torch.Generator | None = None,
+) -> SwapResult:
+    r"""Local search over Lloyd fixed points by moving one centroid at a time (module docstring).
+
+    The ``n_candidates`` swaps with the lowest predicted change ``removal[a] - gain[j]``
+    (:func:`swap_costs`), among those predicted to cost at most ``slack * J``, are tried in that
+    order, each by hard Lloyd iterations (at most ``max_iter``) from the swapped centroids
+    (``c_a`` and ``c_j`` become the means of ``j``'s halves); the first whose Lloyd fixed point
+    has a lower ``J`` is kept and the search starts again from it. Stops after a round with no
+    improvement or after ``max_swaps`` kept swaps. ``J`` never increases and the result is a
+    Lloyd fixed point.
+    """
+    if not isinstance(start, LloydResult):
+        raise TypeError(f"start must be a LloydResult; got {type(start).__name__}")
+    if isinstance(max_swaps, bool) or not isinstance(max_swaps, int) or max_swaps < 0:
+        raise ValueError(f"max_swaps must be an integer >= 0; got {max_swaps!r}")
+    n_candidates = check_positive_int(n_candidates, "n_candidates")
+    if not (isinstance(slack, int | float) and slack >= 0):
+        raise ValueError(f"slack must be a number >= 0; got {slack!r}")
+    best = start
+    n_iter = n_swaps = n_trials = 0
+    k = start.C.shape[0]
+    while n_swaps < max_swaps and k >= 2 and best.inertia > 0:
+        removal, gain, halves = swap_costs(data, best.C, best.labels, generator=generator)
+        top = min(k, n_candidates + 1)
+        cheap = removal.argsort()[:top].tolist()
+        g = gain.tolist()
+        useful = [j for j in gain.argsort(descending=True)[:top].tolist() if g[j] > 0]
+        r = removal.tolist()
+        pairs = sorted((r[a] - g[j], a, j) for a in cheap for j in useful if a != j)
+        pairs = [p for p in pairs if p[0] <= slack * best.inertia][:n_candidates]
+        improved = False
+        for _, a, j in pairs:
+            C = best.C.clone()
+            C[a], C[j] = halves[j, 0], halves[j, 1]
+            trial = lloyd(data, C, max_iter=max_iter)
+            n_iter += trial.n_iter
+            n_trials += 1
+            if trial.inertia < best.inertia * (1.0 - 1e-12):
+                best, improved = trial, True
+                n_swaps += 1
+                break
+        if not improved:
+            break
+    return SwapResult(best.C, best.labels, best.inertia, n_iter, n_swaps, n_trials,
+                      best.converged)
