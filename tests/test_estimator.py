@@ -25,7 +25,7 @@ from sklearn.metrics import adjusted_rand_score
 
 import rbfkmeans.estimator as est_mod
 from rbfkmeans import KMeansLayer, RBFKMeans
-from rbfkmeans.estimator import _PARAMETERS
+from rbfkmeans._parameters import PARAMETERS as _PARAMETERS
 from rbfkmeans.gradient import gradient_step
 
 entmax = pytest.importorskip("entmax")

@@ -21,7 +21,6 @@ only place that detects an initialised ``torch.distributed`` group (:meth:`Comm.
 from __future__ import annotations
 
 import math
-import numbers
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -39,9 +38,16 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 from torch import Tensor
 
+from ._parameters import (
+    PARAMETERS,
+    agree_on_shards,
+    as_float32_if_half,
+    is_int,
+    torch_dtype,
+)
 from ._validation import check_temperature
 from .annealing import AnnealStep, anneal
-from .assignments import ASSIGNMENTS, get_assignment
+from .assignments import get_assignment
 from .comm import Comm
 from .distances import sq_distances
 from .gradient import GradientStep
@@ -55,79 +61,6 @@ from .streaming import MiniBatchKMeans, agree_on_batch, array_batches, batch_dat
 from .swaps import SwapResult, swap_search
 
 __all__ = ["RBFKMeans"]
-
-
-# ---------------------------------------------------------------------------------------------
-# the parameter table: name -> (rule, check)
-# ---------------------------------------------------------------------------------------------
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def _is_real(v: Any) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))
-
-
-_PARAMETERS: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "n_clusters": ("an integer >= 1", lambda v: _is_int(v) and v >= 1),
-    "assignment": (
-        "one of " + ", ".join(repr(a) for a in ASSIGNMENTS),
-        lambda v: isinstance(v, str) and v in ASSIGNMENTS,
-    ),
-    "init": (
-        "'auto', 'mean', 'k-means++', 'random', an array (n_clusters, n_features) or a callable",
-        lambda v: callable(v)
-        or hasattr(v, "__array__")
-        or isinstance(v, list | tuple)  # array-like, as scikit-learn
-        or (isinstance(v, str) and v in ("auto", "mean", "k-means++", "random")),
-    ),
-    "n_init": ("'auto' or an integer >= 1", lambda v: v == "auto" or (_is_int(v) and v >= 1)),
-    "max_iter": ("an integer >= 1", lambda v: _is_int(v) and v >= 1),
-    "tol": ("a finite number >= 0", lambda v: _is_real(v) and v >= 0),
-    "T_start": ("None or a finite number > 0", lambda v: v is None or (_is_real(v) and v > 0)),
-    "T_end": ("None or a finite number > 0", lambda v: v is None or (_is_real(v) and v > 0)),
-    "cooling": ("a number in (0, 1)", lambda v: _is_real(v) and 0 < v < 1),
-    "max_iter_per_temperature": ("an integer >= 1", lambda v: _is_int(v) and v >= 1),
-    "stop_gap": ("a finite number >= 0", lambda v: _is_real(v) and v >= 0),
-    "temperature": (
-        "None or a finite number >= 0", lambda v: v is None or (_is_real(v) and v >= 0)
-    ),
-    "perturbation": ("a finite number >= 0", lambda v: _is_real(v) and v >= 0),
-    "max_swaps": ("an integer >= 0", lambda v: _is_int(v) and v >= 0),
-    "solver": ("'lloyd' or 'gradient'", lambda v: v in ("lloyd", "gradient")),
-    "optimizer": ("None or a callable(params) -> torch.optim.Optimizer",
-                  lambda v: v is None or callable(v)),
-    "chunk_size": ("None or an integer >= 1", lambda v: v is None or (_is_int(v) and v >= 1)),
-    "random_state": (
-        "None, an integer or a numpy RandomState",
-        lambda v: v is None or _is_int(v) or isinstance(v, np.random.RandomState),
-    ),
-    "device": ("None, a string or a torch.device",
-               lambda v: v is None or isinstance(v, str | torch.device)),
-    "dtype": (
-        "None, 'float32', 'float64' or the torch/numpy float32/float64 dtype",
-        lambda v: v is None or _torch_dtype(v) is not None,
-    ),
-    "verbose": (
-        "a bool or an integer >= 0", lambda v: isinstance(v, bool) or (_is_int(v) and v >= 0)
-    ),
-}
-
-
-def _torch_dtype(v: Any) -> torch.dtype | None:
-    table = {
-        "float32": torch.float32, "float64": torch.float64,
-        torch.float32: torch.float32, torch.float64: torch.float64,
-    }
-    if v in table:
-        return table[v]
-    try:
-        name = np.dtype(v).name
-    except TypeError:
-        return None
-    return table.get(name)
 
 
 class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, BaseEstimator):
@@ -279,7 +212,7 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
 
     # -- validation and conversion ------------------------------------------------------------
     def _check_params(self) -> None:
-        for name, (rule, ok) in _PARAMETERS.items():
+        for name, (rule, ok) in PARAMETERS.items():
             value = getattr(self, name)
             if not ok(value):
                 raise ValueError(f"{name} must be {rule}; got {value!r}")
@@ -292,11 +225,11 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
         return torch.device(self.device) if self.device is not None else torch.device("cpu")
 
     def _compute_dtype(self, X: np.ndarray) -> torch.dtype:
-        chosen = None if self.dtype is None else _torch_dtype(self.dtype)
+        chosen = None if self.dtype is None else torch_dtype(self.dtype)
         return chosen or (torch.float64 if X.dtype == np.float64 else torch.float32)
 
     def _check_X(self, X: Any, *, reset: bool) -> np.ndarray:
-        X = _as_float32_if_half(X)
+        X = as_float32_if_half(X)
         return validate_data(
             self, X, reset=reset, dtype=[np.float64, np.float32], ensure_min_samples=1,
             accept_sparse=False, copy=False,
@@ -353,7 +286,7 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
             w = self._weights(sample_weight, X)  # (n,) or None
         except (ValueError, TypeError) as exc:
             error = exc
-        n_total = _agree_on_shards(comm, error, X)
+        n_total = agree_on_shards(comm, error, X)
         if n_total < self.n_clusters:
             raise ValueError(
                 f"n_samples={n_total} should be >= n_clusters={self.n_clusters}"
@@ -641,9 +574,9 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
         ``DataLoader``); a one-shot iterator leaves none.
         """
         self._check_params()
-        if not _is_int(n_epochs) or n_epochs < 1:
+        if not is_int(n_epochs) or n_epochs < 1:
             raise ValueError(f"n_epochs must be an integer >= 1; got {n_epochs!r}")
-        if not _is_int(batch_size) or batch_size < 1:
+        if not is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
         is_array = isinstance(batches, np.ndarray | Tensor)
         if is_array and batches.ndim != 2:
@@ -712,7 +645,7 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
                 return
             if width < 0:
                 width = d
-                chosen = None if self.dtype is None else _torch_dtype(self.dtype)
+                chosen = None if self.dtype is None else torch_dtype(self.dtype)
                 self._dtype_ = chosen or (torch.float64 if any64 else torch.float32)
             elif d != width:
                 raise ValueError(f"every batch must have {width} features; got {d}")
@@ -752,43 +685,6 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
 def _row_blocks(n: int, size: int) -> Iterator[slice]:
     for start in range(0, n, size):
         yield slice(start, min(start + size, n))
-
-
-def _as_float32_if_half(X: Any) -> Any:
-    if isinstance(X, torch.Tensor):
-        X = X.detach().cpu()
-        if X.dtype in (torch.float16, torch.bfloat16):
-            X = X.float()
-        return X.numpy()
-    if isinstance(X, np.ndarray) and X.dtype == np.float16:
-        return X.astype(np.float32)
-    return X
-
-
-def _agree_on_shards(comm: Comm, error: Exception | None, X: Any) -> int:
-    """Total number of rows over ranks, after every rank validated its shard.
-
-    Under ``torch.distributed`` a shard rejected on one rank (NaN, wrong shape...) raises on every
-    rank instead of leaving the others waiting in a collective; so do differing feature counts.
-    """
-    n, d = (0, 0) if error is not None else (int(X.shape[0]), int(X.shape[1]))
-    if not comm.active:
-        if error is not None:
-            raise error
-        return n
-    table = comm.all_gather(torch.tensor([[float(error is not None), n, d]],
-                                         dtype=torch.float64))  # (ranks, 3)
-    if error is not None:
-        raise error
-    failed = [r for r in range(comm.world_size) if table[r, 0] > 0]
-    if failed:
-        raise ValueError(f"X was rejected on rank(s) {failed} (see the error there); no rank fits")
-    widths = [int(v) for v in table[:, 2].tolist()]
-    if len(set(widths)) > 1:
-        raise ValueError(
-            f"X must have the same number of features on every rank; got {widths} (by rank)"
-        )
-    return int(table[:, 1].sum())
 
 
 def _np(t: Tensor) -> np.ndarray:
