@@ -145,7 +145,8 @@ def anneal(
     if entry.hard:
         raise ValueError("anneal needs a soft assignment (softmax, entmax15, sparsemax); "
                          f"got assignment={entry.name!r}")
-    temps = [check_temperature(T, "temperatures") for T in np.asarray(temperatures).ravel()]
+    temps = [check_temperature(T, "temperatures")
+             for T in np.asarray(temperatures, dtype=np.float64).ravel().tolist()]
     perturbation = _check_tol(perturbation, "perturbation")
     stop_gap = _check_tol(stop_gap, "stop_gap")
     merge_tol = _check_tol(merge_tol, "merge_tol")

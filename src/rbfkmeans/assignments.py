@@ -45,6 +45,8 @@ class Assignment:
     free_energy: FreeEnergy
     critical_factor: Callable[[int], float]
     hard: bool = False
+    #: whether ``free_energy`` reads the memberships (softmax's closed form does not)
+    free_energy_uses_R: bool = True
 
     def __repr__(self) -> str:
         return f"Assignment({self.name!r})"
@@ -91,14 +93,14 @@ ASSIGNMENTS: dict[str, Assignment] = {
     a.name: a
     for a in (
         Assignment("softmax", softmax, softmax_, _shannon, lambda k: math.log(k),
-                   _softmax_free_energy, lambda k: 1.0),
+                   _softmax_free_energy, lambda k: 1.0, free_energy_uses_R=False),
         Assignment("entmax15", entmax15, entmax15_, _tsallis15,
                    lambda k: (4.0 / 3.0) * (1.0 - k**-0.5), _free_energy_from(_tsallis15),
                    lambda k: math.sqrt(k)),
         Assignment("sparsemax", sparsemax, sparsemax_, _gini, lambda k: 0.5 * (1.0 - 1.0 / k),
                    _free_energy_from(_gini), lambda k: float(k)),
         Assignment("hard", hardmax, None, _zero, lambda k: 0.0, _hard_free_energy,
-                   lambda k: 0.0, hard=True),
+                   lambda k: 0.0, hard=True, free_energy_uses_R=False),
     )
 }
 

@@ -99,7 +99,7 @@ def objective_from_distances(
     z, D_min = shifted  # (n, k) = -(D - D_min)/2T, (n, 1)
     # F_i = min_j d_ij + 2T (<r_i, g_i> - H(r_i)) with gaps g = -z >= 0 (the registry's free
     # energy; softmax: -log sum exp(z)). D_min is detached; the gradient is R either way.
-    R = None if entry.name == "softmax" else entry.forward(z, dim=1)
+    R = entry.forward(z, dim=1) if entry.free_energy_uses_R else None
     return _wsum(D_min.squeeze(1) + 2.0 * T * entry.free_energy(-z, R), w)
 
 

@@ -1,0 +1,143 @@
+"""Where RBFKMeans promises scikit-learn's behaviour: empty-cluster relocation in hard Lloyd,
+feature names out, dtype tags, progress, explicit inits with n_init > 1, labels of batch fits.
+
+The reference is ``sklearn.cluster.KMeans(algorithm="lloyd")`` run from the same start.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sklearn.cluster import KMeans
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+import rbfkmeans.estimator as est_mod
+from rbfkmeans import RBFKMeans
+
+
+def same_centres_up_to_order(A: np.ndarray, B: np.ndarray, atol: float = 1e-9) -> bool:
+    """Whether the rows of A are the rows of B in some order (greedy match, small k)."""
+    left = list(range(len(B)))
+    for a in A:
+        d = [np.abs(a - B[j]).max() for j in left]
+        j = int(np.argmin(d))
+        if d[j] > atol:
+            return False
+        left.pop(j)
+    return True
+
+
+def test_empty_cluster_relocation_reproducer() -> None:
+    """The point farthest from its own centre moves, and leaves its old cluster's mean."""
+    X = np.array([[0.0], [1.0], [3.0], [5.0]])
+    init = np.array([[3.0], [100.0]])
+    km = KMeans(2, init=init, n_init=1, algorithm="lloyd").fit(X)
+    est = RBFKMeans(2, assignment="hard", init=init).fit(X)
+    np.testing.assert_allclose(km.cluster_centers_, [[4.0], [0.5]])
+    np.testing.assert_allclose(est.cluster_centers_, km.cluster_centers_, atol=1e-12)
+    assert est.inertia_ == pytest.approx(2.5)
+    assert km.inertia_ == pytest.approx(2.5)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_relocation_equals_sklearn_on_random_problems(weighted: bool) -> None:
+    """200 random 30-point problems whose start has two centres far from every point (two empty
+    clusters at the first iteration): the same centroids (up to order) and inertia."""
+    rng = np.random.default_rng(0)
+    differ = 0
+    for _ in range(200):
+        X = rng.normal(size=(30, 2)) * rng.uniform(0.5, 3.0)
+        init = X[rng.choice(30, 4, replace=False)].copy()
+        init[rng.choice(4, 2, replace=False)] += rng.choice([-1, 1], size=(2, 2)) * 1e3
+        w = rng.uniform(0.5, 2.0, size=30) if weighted else None
+        km = KMeans(4, init=init, n_init=1, algorithm="lloyd", tol=0.0).fit(X, sample_weight=w)
+        est = RBFKMeans(4, assignment="hard", init=init, tol=0.0).fit(X, sample_weight=w)
+        ok = same_centres_up_to_order(est.cluster_centers_, km.cluster_centers_) and \
+            est.inertia_ == pytest.approx(km.inertia_, rel=1e-9)
+        differ += not ok
+    assert differ == 0
+
+
+def test_feature_names_out_and_pipeline() -> None:
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    est = RBFKMeans(4, assignment="hard", random_state=0).fit(X)
+    names = est.get_feature_names_out()
+    assert names.tolist() == [f"rbfkmeans{j}" for j in range(4)]
+    pipe = make_pipeline(StandardScaler(), RBFKMeans(3, random_state=0)).fit(X)
+    assert pipe.get_feature_names_out().tolist() == ["rbfkmeans0", "rbfkmeans1", "rbfkmeans2"]
+    assert est.set_output(transform="default") is est
+    assert est.transform(X).shape == (60, 4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_preserves_dtype_tag_is_true(dtype: type) -> None:
+    est = RBFKMeans(3, random_state=0)
+    assert est.__sklearn_tags__().transformer_tags.preserves_dtype == ["float64", "float32"]
+    X = np.random.default_rng(1).normal(size=(50, 2)).astype(dtype)
+    assert est.fit_transform(X).dtype == dtype
+
+
+@pytest.mark.parametrize("assignment", ["hard", "entmax15"])
+def test_verbose_shows_the_lloyd_iterations(assignment: str, capsys: pytest.CaptureFixture)\
+        -> None:
+    X = np.random.default_rng(2).normal(size=(80, 2))
+    RBFKMeans(3, assignment=assignment, verbose=1, random_state=0).fit(X)
+    err = capsys.readouterr().err
+    assert ("lloyd" if assignment == "hard" else "hard polish") in err
+    assert ("anneal" in err) == (assignment != "hard")
+    RBFKMeans(3, assignment=assignment, verbose=0, random_state=0).fit(X)
+    assert capsys.readouterr().err == ""
+
+
+def test_explicit_init_with_n_init_warns_and_runs_once(monkeypatch) -> None:
+    X = np.random.default_rng(3).normal(size=(60, 2))
+    init = X[:3].copy()
+    calls: list[int] = []
+    real = est_mod.initial_centers
+
+    def spy(*args, **kw):
+        calls.append(1)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(est_mod, "initial_centers", spy)
+    with pytest.warns(RuntimeWarning, match=r"Explicit initial center position passed: "
+                                            r"performing only one init .* n_init=5"):
+        est = RBFKMeans(3, assignment="hard", init=init, n_init=5).fit(X)
+    assert len(calls) == 1
+    ref = KMeans(3, init=init, n_init=1, algorithm="lloyd").fit(X)
+    np.testing.assert_allclose(est.cluster_centers_, ref.cluster_centers_, atol=1e-10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # n_init="auto" or 1: nothing to say
+        RBFKMeans(3, assignment="hard", init=init).fit(X)
+        RBFKMeans(3, assignment="hard", init=init, n_init=1).fit(X)
+
+
+def test_fit_on_a_dataloader_leaves_labels_and_fit_predict_works() -> None:
+    X = np.random.default_rng(4).normal(size=(300, 2)).astype(np.float32)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.as_tensor(X)),
+                                         batch_size=64, shuffle=False)
+    est = RBFKMeans(3, assignment="hard", random_state=0)
+    labels = est.fit_predict(loader)
+    np.testing.assert_array_equal(labels, est.predict(X))
+    np.testing.assert_array_equal(est.labels_, labels)
+    assert est.n_swaps_ == 0
+    arr = RBFKMeans(3, assignment="hard", random_state=0).fit_batches(X, batch_size=50)
+    np.testing.assert_array_equal(arr.labels_, arr.predict(X))  # rows in their own order
+    with pytest.raises(ValueError, match=r"fit_predict needs the data again .* one-shot"):
+        RBFKMeans(3, assignment="hard").fit_predict(iter([X[:100], X[100:]]))
+    once = RBFKMeans(3, assignment="hard", random_state=0).fit(iter([X[:100], X[100:]]))
+    assert not hasattr(once, "labels_")  # a one-shot source cannot be labelled afterwards
+    assert once.n_swaps_ == 0
+
+
+def test_partial_fit_sets_n_swaps() -> None:
+    X = np.random.default_rng(5).normal(size=(40, 2))
+    est = RBFKMeans(3, random_state=0).partial_fit(X)
+    assert est.n_swaps_ == 0
+    fitted = RBFKMeans(3, random_state=0).fit(X)
+    kept = fitted.n_swaps_
+    assert fitted.partial_fit(X[:5]).n_swaps_ == kept  # the fit's swaps stay on record
