@@ -95,7 +95,10 @@ class GradientStep:
     otherwise ``optimizer(layer.parameters())`` (any ``torch.optim`` optimiser, its state kept
     across temperatures) steps on ``F_T / sum(w)``. Gradients are accumulated over row chunks (no
     pass holds more than a chunk's memberships and their autograd graph) and summed over ranks.
-    Iterations stop when ``sum_j ||c_j^new - c_j||^2 <= tol`` or after ``max_iter``.
+    Iterations stop when ``sum_j ||c_j^new - c_j||^2 <= tol`` or after ``max_iter``. On a cosine
+    :class:`~rbfkmeans.passes.Data` the layer is a cosine one (its objective the spherical
+    ``F_T``) and the per-cluster step is followed by the projection onto the sphere, which makes
+    it the spherical soft-Lloyd step ``c_j <- m_j / ||m_j||``.
     """
 
     def __init__(
@@ -125,6 +128,7 @@ class GradientStep:
         data.comm.sum_(grad, N)
         eta = 1.0 / (2.0 * N.clamp(min=torch.finfo(N.dtype).tiny))  # (k,) 1 / (2 N_j)
         C_new = torch.where((N > 0).unsqueeze(1), C - eta.unsqueeze(1) * grad, C)
+        C_new = data.project(C_new, C)  # cosine: m_j / ||m_j||, the spherical soft-Lloyd step
         empty = _empty_tol(float(N.sum())) >= N  # (k,) the rule of the soft-Lloyd step
         return relocate_empty(data, C_new, empty) if bool(empty.any()) else C_new
 
@@ -141,6 +145,7 @@ class GradientStep:
         with torch.no_grad():
             self.layer.centroids.copy_(C)
         self.layer.temperature = T
+        self.layer.metric = data.metric.name  # the data's geometry (cosine: spherical k-means)
         wsum = data.total_weight() if self.opt is not None else 1.0
         it = 0
         for it in range(1, self.max_iter + 1):  # noqa: B007 (read after)
@@ -153,4 +158,4 @@ class GradientStep:
                 self._optimizer_step(data, wsum)
             if float(((self.layer.centroids.detach() - C_old) ** 2).sum()) <= self.tol:
                 break
-        return self.layer.centroids.detach().clone(), it
+        return data.project(self.layer.centroids.detach().clone(), C), it

@@ -12,6 +12,10 @@ rule. So ``KMeansLayer(C, T, "softmax")(X) == softmax(Linear(W, b)(X))`` exactly
 
 Example (the interview question): ``x = [1, 2]``, ``c_1 = [0, 0]``, ``c_2 = [2, 2]`` give
 ``d = (5, 1)``; the mass goes to ``c_2``, all of it as ``T -> 0``.
+
+With ``metric="cosine"`` (spherical k-means, :mod:`rbfkmeans.metrics`) the scores are
+``z_ij = <x_hat_i, c_hat_j> / T``: the Linear layer ``W = C_hat / T``, ``b = 0`` applied to the
+normalised inputs ``x_hat = x / ||x||``, and the centroids are kept on the unit sphere.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from ._validation import check_matrix, check_temperature, compute_dtype
 from .assignments import check_assignment, get_assignment
 from .distances import shifted_scores, sq_distances
 from .mappings import hardmax
+from .metrics import check_metric, get_metric, normalize_rows
 from .objectives import objective_from_distances
 
 __all__ = ["KMeansLayer"]
@@ -43,6 +48,10 @@ class KMeansLayer(nn.Module):
         The simplex mapping ``m``. ``"hard"`` ignores ``T``.
     learnable : bool, default True
         Whether ``centroids`` is a trainable ``nn.Parameter``.
+    metric : {"sqeuclidean", "cosine"}, default "sqeuclidean"
+        ``"cosine"``: spherical k-means, ``R = m(cos(x, c) / T)``. The centroids are stored
+        normalised (a zero row raises) and used through ``c / ||c||``, so a gradient step that
+        moves them off the sphere changes only their directions; a zero input row raises.
 
     ``forward(X)`` takes ``X`` (n, d) (or any (..., d)) and returns ``R`` (..., k), rows on the
     simplex, differentiable in ``X`` and ``C``. float16/bfloat16 inputs are computed in float32.
@@ -57,8 +66,10 @@ class KMeansLayer(nn.Module):
         assignment: str = "softmax",
         *,
         learnable: bool = True,
+        metric: str = "sqeuclidean",
     ) -> None:
         super().__init__()
+        self.metric = metric
         C = torch.as_tensor(centroids).detach().clone()
         check_matrix(C, "centroids", "(k, d)")
         if C.shape[0] < 1 or C.shape[1] < 1:
@@ -68,6 +79,8 @@ class KMeansLayer(nn.Module):
         C = C.to(compute_dtype(C.dtype))
         if not torch.isfinite(C).all():
             raise ValueError("centroids must be finite; got NaN or inf entries")
+        if self.metric == "cosine":
+            C = normalize_rows(C, "centroids")
         if learnable:
             self.centroids = nn.Parameter(C)
         else:
@@ -95,6 +108,15 @@ class KMeansLayer(nn.Module):
         self._assignment = check_assignment(value, "assignment")
 
     @property
+    def metric(self) -> str:
+        """``"sqeuclidean"`` or ``"cosine"`` (:mod:`rbfkmeans.metrics`)."""
+        return self._metric
+
+    @metric.setter
+    def metric(self, value: str) -> None:
+        self._metric = check_metric(value, "metric")
+
+    @property
     def n_clusters(self) -> int:
         return int(self.centroids.shape[0])
 
@@ -103,16 +125,19 @@ class KMeansLayer(nn.Module):
         return int(self.centroids.shape[1])
 
     def get_extra_state(self) -> dict[str, Any]:
-        return {"temperature": self.temperature, "assignment": self.assignment}
+        return {"temperature": self.temperature, "assignment": self.assignment,
+                "metric": self.metric}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         self.temperature = state["temperature"]
         self.assignment = state["assignment"]
+        self.metric = state.get("metric", "sqeuclidean")  # states saved before metrics existed
 
     def extra_repr(self) -> str:
         return (
             f"n_clusters={self.n_clusters}, n_features={self.n_features}, "
-            f"temperature={self.temperature:g}, assignment={self.assignment!r}"
+            f"temperature={self.temperature:g}, assignment={self.assignment!r}, "
+            f"metric={self.metric!r}"
         )
 
     # -- computation ------------------------------------------------------------------------
@@ -126,26 +151,47 @@ class KMeansLayer(nn.Module):
             )
         return X.to(self.centroids.dtype) if X.dtype != self.centroids.dtype else X
 
-    def distances(self, X: Tensor) -> Tensor:
-        """Squared distances ``D`` (..., k) from ``X`` (..., d) to the centroids."""
+    def _cosine(self, X: Tensor) -> Tensor:
+        """``cos(x, c_j)`` (..., k) of ``X`` (..., d), prepared."""
+        lead = X.shape[:-1]
+        X_hat = normalize_rows(X, "X").reshape(-1, self.n_features)  # (n, d); errors name (...)
+        cos = X_hat @ normalize_rows(self.centroids, "centroids").T  # (n, k)
+        return cos.reshape(*lead, self.n_clusters)
+
+    def _sq(self, X: Tensor) -> Tensor:
+        """The squared Euclidean distances the mappings see (..., k): ``D``, or for cosine
+        ``||x_hat - c_hat||^2 = 2 (1 - cos)`` (the same memberships as ``cos / T``)."""
         X = self._prepare(X)
+        if self.metric == "cosine":
+            return (1.0 - self._cosine(X)).mul_(2.0).clamp_(min=0.0)
         lead = X.shape[:-1]
         D = sq_distances(X.reshape(-1, self.n_features), self.centroids)
         return D.reshape(*lead, self.n_clusters)
 
+    def distances(self, X: Tensor) -> Tensor:
+        """Distances (..., k) from ``X`` (..., d) to the centroids: squared Euclidean ``D``, or
+        for cosine the cosine distance ``1 - cos(x, c)``."""
+        if self.metric == "cosine":
+            return 1.0 - self._cosine(self._prepare(X))
+        return self._sq(X)
+
     def scores(self, X: Tensor) -> Tensor:
-        """Scores ``z = -D / (2T)`` (..., k); requires ``T > 0``."""
+        """Scores ``z = -D / (2T)`` (..., k), or for cosine ``z = cos(x, c) / T``; requires
+        ``T > 0``."""
         if self.temperature == 0:
             raise ValueError("scores are -D/(2T), undefined at temperature=0; use distances()")
+        if self.metric == "cosine":
+            return self._cosine(self._prepare(X)) / self.temperature
         return self.distances(X) / (-2.0 * self.temperature)
 
     def forward(self, X: Tensor) -> Tensor:
         """Responsibilities ``R = m(-D / 2T)`` (..., k).
 
         Computed as ``m(-(D - min_j D) / 2T)`` (the same rows: ``m`` ignores a per-row constant),
-        so that tiny temperatures give one-hot rows rather than NaN.
+        so that tiny temperatures give one-hot rows rather than NaN. For cosine ``D`` is
+        ``2 (1 - cos)``, so this is ``m(cos / T)``.
         """
-        D = self.distances(X)
+        D = self._sq(X)
         entry = get_assignment(self.assignment)
         shifted = None
         if not entry.hard and self.temperature > 0:
@@ -159,27 +205,36 @@ class KMeansLayer(nn.Module):
         return entry.forward(shifted[0], dim=-1)
 
     def predict(self, X: Tensor) -> Tensor:
-        """Index of the nearest centroid (ties to the lowest index), shape (...)."""
-        return self.distances(X).argmin(dim=-1)
+        """Index of the nearest centroid (ties to the lowest index), shape (...); for cosine
+        the most similar one."""
+        return self._sq(X).argmin(dim=-1)
 
     def objective(self, X: Tensor, sample_weight: Tensor | None = None) -> Tensor:
         """The relaxed objective of this layer's mapping at its temperature (``J`` at ``T = 0``);
-        see :mod:`rbfkmeans.objectives`. Differentiable in ``X`` and the centroids."""
-        D = self.distances(X).reshape(-1, self.n_clusters)
-        return objective_from_distances(D, self.temperature, self.assignment, sample_weight)
+        see :mod:`rbfkmeans.objectives`. Differentiable in ``X`` and the centroids. For cosine
+        it is the spherical one, half that of ``D = 2 (1 - cos)``: ``J = sum_i w_i (1 - max_j
+        cos_ij)`` at ``T = 0``, ``sum_i w_i (1 - T logsumexp_j(cos_ij / T))`` for softmax."""
+        D = self._sq(X).reshape(-1, self.n_clusters)
+        F = objective_from_distances(D, self.temperature, self.assignment, sample_weight)
+        return F * get_metric(self.metric).objective_scale
 
     # -- the Linear form --------------------------------------------------------------------
     def as_linear(self) -> nn.Linear:
         """``nn.Linear(d, k)`` with ``weight = C / T`` and ``bias = -||c||^2 / (2T)``.
 
-        ``m(layer.as_linear()(X))`` equals ``layer(X)`` for the mapping ``m``.
+        ``m(layer.as_linear()(X))`` equals ``layer(X)`` for the mapping ``m``. For cosine the
+        weight is ``C_hat / T`` (unit centroids over ``T``) and the bias 0, and the Linear
+        expects normalised inputs: ``m(layer.as_linear()(X / ||X||))`` equals ``layer(X)``.
         """
         T = self.temperature
         if T == 0:
             raise ValueError("as_linear needs temperature > 0 (W = C/T); got temperature=0")
         C = self.centroids.detach()
+        cosine = self.metric == "cosine"
+        if cosine:
+            C = normalize_rows(C, "centroids")  # C_hat
         W = C / T  # (k, d)
-        b = -(C * C).sum(dim=1) / (2.0 * T)  # (k,)
+        b = C.new_zeros(C.shape[0]) if cosine else -(C * C).sum(dim=1) / (2.0 * T)  # (k,)
         if not (torch.isfinite(W).all() and torch.isfinite(b).all()):
             raise ValueError(
                 f"as_linear: weight C/T or bias -||c||^2/(2T) overflows {C.dtype} at "
@@ -201,18 +256,27 @@ class KMeansLayer(nn.Module):
         check_bias: bool = True,
         atol: float = 1e-5,
         rtol: float = 1e-4,
+        metric: str = "sqeuclidean",
     ) -> KMeansLayer:
         """Inverse of :meth:`as_linear`: centroids ``C = T * weight``.
 
         With ``check_bias`` the bias must equal ``-||c||^2 / (2T)`` (to ``atol``/``rtol``): a
-        Linear with any other bias is not a k-means layer and raises ``ValueError``.
+        Linear with any other bias is not a k-means layer and raises ``ValueError``. With
+        ``metric="cosine"`` the centroids are the unit rows ``T * weight``; with ``check_bias``
+        the bias must be 0 (or absent) and every row of ``T * weight`` of norm 1, as
+        :meth:`as_linear` makes them (otherwise the Linear's scores are not ``cos / T``).
         """
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"linear must be a torch.nn.Linear; got {type(linear).__name__}")
         T = check_temperature(temperature)
+        metric = check_metric(metric)
         if T == 0:
             raise ValueError("from_linear needs temperature > 0 (C = T * W); got temperature=0")
         C = linear.weight.detach() * T
+        if metric == "cosine":
+            if check_bias:
+                _check_cosine_linear(linear, C, T, atol, rtol)
+            return cls(C, temperature=T, assignment=assignment, metric=metric)
         if check_bias:
             expected = -(C * C).sum(dim=1) / (2.0 * T)
             bias = linear.bias
@@ -225,3 +289,21 @@ class KMeansLayer(nn.Module):
                     f"{err:.3g}); pass the temperature used by as_linear, or check_bias=False"
                 )
         return cls(C, temperature=T, assignment=assignment)
+
+
+def _check_cosine_linear(linear: nn.Linear, C: Tensor, T: float, atol: float, rtol: float) -> None:
+    """Raise unless ``linear`` is a cosine layer's Linear: bias 0 (or none), rows of norm 1/T."""
+    bias = linear.bias
+    if bias is not None and not torch.allclose(bias.detach(), torch.zeros_like(bias),
+                                               atol=atol, rtol=rtol):
+        err = bias.detach().abs().max().item()
+        raise ValueError(f"linear.bias is not 0 (max |b| {err:.3g}); a cosine k-means layer "
+                         "has b = 0, or pass check_bias=False")
+    norms = torch.linalg.vector_norm(C, dim=1)  # (k,) ||T w_j||
+    if not torch.allclose(norms, torch.ones_like(norms), atol=atol, rtol=rtol):
+        err = (norms - 1.0).abs().max().item()
+        raise ValueError(
+            f"linear.weight rows do not have norm 1/T for temperature={T:g} (||T w_j|| deviates "
+            f"from 1 by up to {err:.3g}); pass the temperature used by as_linear, or "
+            "check_bias=False"
+        )

@@ -13,7 +13,8 @@ relocated as scikit-learn does (``KMeans(algorithm="lloyd")``): it takes the poi
 its own (old) centroid, and that point leaves its old cluster's mean. So from the same start the
 two give the same centroids. The soft solvers and the mini-batch step, whose memberships have no
 single owner, move an empty centroid to the point farthest from the other centroids
-(:func:`relocate_empty`).
+(:func:`relocate_empty`). On a cosine :class:`~rbfkmeans.passes.Data` every update is projected
+back onto the unit sphere (spherical k-means, :mod:`rbfkmeans.metrics`).
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def mean_update(data: Data, C: Tensor, st: Stats) -> tuple[Tensor, int]:
     ``(C_new, number relocated)``."""
     empty = _empty_tol(float(st.N.sum())) >= st.N
     C_new = st.S / st.N.clamp(min=torch.finfo(st.N.dtype).tiny).unsqueeze(1)
-    C_new = torch.where(empty.unsqueeze(1), C, C_new)
+    C_new = data.project(torch.where(empty.unsqueeze(1), C, C_new), C)  # cosine: m_j / ||m_j||
     n_empty = int(empty.sum())
     if n_empty:
         C_new = relocate_empty(data, C_new, empty)
@@ -125,7 +126,7 @@ def _lloyd_update(data: Data, C: Tensor, st: Stats) -> tuple[Tensor, int]:
                         .unsqueeze(1), C)
     if m:  # a relocated centroid sits on its point, even when that point weighs nothing
         C_new[empty[: far_x.shape[0]]] = far_x
-    return C_new, m
+    return data.project(C_new, C), m  # cosine: the spherical update m_j / ||m_j||
 
 
 @torch.no_grad()
@@ -144,11 +145,13 @@ def lloyd(
     Same stopping rules as ``sklearn.cluster.KMeans(algorithm="lloyd")``, whose ``tol`` is in
     absolute units here (the estimator scales it by the mean feature variance). ``callback(it, C,
     stats)`` is called after each assignment pass (``stats`` with the objective at ``C``).
+    With ``data.metric`` cosine this is spherical k-means: ``C0`` is projected onto the sphere
+    and each update is ``c_j <- m_j / ||m_j||``.
     """
     max_iter = check_positive_int(max_iter, "max_iter")
     if not (isinstance(tol, int | float) and math.isfinite(tol) and tol >= 0):
         raise ValueError(f"tol must be a finite number >= 0; got {tol!r}")
-    C = data.check_centroids(C0, "C0").clone()
+    C = data.project(data.check_centroids(C0, "C0").clone(), name="C0")
     comm = data.comm
     labels_old: Tensor | None = None
     converged = False

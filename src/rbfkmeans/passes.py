@@ -21,6 +21,11 @@ per-cluster step ``eta_j = 1 / (2 N_j)`` (because ``dF_T/dc_j = 2 N_j (c_j - m_j
 relocation of empty clusters, duplicate rebalancing, k-means++ and the swap search use it.
 Sums are reduced over the ranks of ``data.comm``, so every rank gets the statistics of the
 concatenated data; labels and per-point distances stay local.
+
+Spherical k-means (``Data(..., metric="cosine")``, :mod:`rbfkmeans.metrics`) runs on the same
+passes: the context holds the normalised rows, the solvers project their updates back onto the
+sphere (:meth:`Data.project`), and ``Stats`` reports the spherical objectives (half the Euclidean
+ones of the normalised rows).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from ._validation import check_finite, check_matrix, check_positive_int, check_t
 from .assignments import Assignment, get_assignment
 from .comm import Comm
 from .distances import chunk_rows, cross_term, iter_chunks, row_norms_sq
+from .metrics import Metric, get_metric
 
 __all__ = ["Data", "Nearest", "Stats", "cluster_stats", "nearest"]
 
@@ -56,6 +62,11 @@ class Data:
         Reductions over a process group; default local.
     validate : bool, default True
         Check ``X`` for NaN/inf (one reduction); off where the caller has checked already.
+    metric : {"sqeuclidean", "cosine"}, default "sqeuclidean"
+        The geometry (:mod:`rbfkmeans.metrics`). With ``"cosine"`` the pass context holds the
+        rows of ``X`` normalised (a new tensor; a zero row raises), :meth:`project` maps updated
+        centroids back onto the unit sphere, and the objectives of :func:`cluster_stats` are the
+        spherical ones (half the Euclidean ``J`` and ``F_T`` of the normalised rows).
     """
 
     def __init__(
@@ -66,6 +77,7 @@ class Data:
         chunk_size: int | None = None,
         comm: Comm | None = None,
         validate: bool = True,
+        metric: str | Metric = "sqeuclidean",
     ) -> None:
         check_matrix(X, "X", "(n, d)")
         if X.dtype not in (torch.float32, torch.float64):
@@ -90,7 +102,8 @@ class Data:
             chunk_size = check_positive_int(chunk_size, "chunk_size")
         if comm is not None and not isinstance(comm, Comm):
             raise TypeError(f"comm must be a rbfkmeans.comm.Comm; got {type(comm).__name__}")
-        self.X = X
+        self.metric = get_metric(metric)
+        self.X = self.metric.prepare(X, "X")
         self.w = sample_weight
         self.chunk_size = chunk_size
         self.comm = comm if comm is not None else Comm()
@@ -129,6 +142,11 @@ class Data:
         local = float(self.n) if self.w is None else float(self.w.sum(dtype=torch.float64))
         return self.comm.sum_scalars(local)[0]
 
+    def project(self, C: Tensor, fallback: Tensor | None = None, name: str = "C") -> Tensor:
+        """Centroids ``C`` (k, d) on this metric's set of centroids: ``C`` itself, or for cosine
+        its rows normalised (a zero row takes ``fallback``'s row, or raises without one)."""
+        return self.metric.project(C, fallback, name)
+
     def check_centroids(self, C: Any, name: str = "C") -> Tensor:
         """Raise unless ``C`` is a finite (k, d) tensor with this data's ``d``; returns it in the
         data's dtype and device (no copy when it already is)."""
@@ -145,7 +163,8 @@ class Stats:
     """Statistics of one pass at centroids ``C`` and temperature ``T`` (summed over ranks).
 
     ``N`` (k,) weighted memberships, ``S`` (k, d) weighted member sums, ``objective`` the relaxed
-    objective ``F_T`` (``J`` when hard), ``inertia`` ``J``, ``n_soft`` the (weighted count of)
+    objective ``F_T`` (``J`` when hard), ``inertia`` ``J`` (both in the metric's units: for
+    cosine ``J = sum_i w_i (1 - max_j cos_ij)``), ``n_soft`` the (weighted count of)
     points whose membership is not one-hot, ``labels`` the nearest centroid of each local point
     when asked for.
     """
@@ -245,7 +264,8 @@ def cluster_stats(
     if not objective:
         obj = inertia = n_soft = torch.full((), math.nan, dtype=torch.float64, device=dev)
     data.comm.sum_(N, S, obj, inertia, n_soft)
-    return Stats(N, S, float(obj), float(inertia), float(n_soft), labels)
+    scale = data.metric.objective_scale  # the metric's objectives (1/2 of J, F_T for cosine)
+    return Stats(N, S, scale * float(obj), scale * float(inertia), float(n_soft), labels)
 
 
 @dataclass

@@ -18,6 +18,36 @@ The softmax value is the classical ``2 lambda_max`` of Rose's convention (there 
 The entmax-1.5 and sparsemax values are derived here, not taken from the paper; the reproduction
 report (``rbfkmeans reproduce``, critical temperatures) measures the first split numerically and
 compares it with these predictions.
+
+**On the sphere** (``metric="cosine"``, :mod:`rbfkmeans.metrics`) the points are the unit rows
+``x_hat_i``, the scores ``z_ij = <x_hat_i, c_j> / T`` and the map is
+``c_j <- m_j / ||m_j||``. Let ``mu = sum_i w_i x_hat_i / sum_i w_i`` (``||mu|| <= 1``),
+``mu_hat = mu / ||mu||``, ``Sigma`` the weighted covariance of the ``x_hat_i`` and
+``P = I - mu_hat mu_hat^T`` the projection onto the tangent space at ``mu_hat``. At high ``T`` every
+centroid sits at the mean direction ``mu_hat`` (a fixed point: uniform rows give ``m_j = mu``).
+Perturb ``c_j = mu_hat + e_j`` with ``e_j`` tangent (``P e_j = e_j``: the centroids stay unit to
+first order) and, as above, zero-sum (a common ``e`` leaves the rows uniform and is undone at
+once). Then ``r_ij = 1/k + (gamma / T) <x_hat_i, e_j>``; ``N_j`` has no first-order term, because
+``sum_i w_i <x_hat_i, e_j> = (sum w) <mu, e_j> = 0``; and
+``S_j / (sum w) = mu / k + (gamma / T) E[x_hat x_hat^T] e_j`` with
+``E[x_hat x_hat^T] e_j = (Sigma + mu mu^T) e_j = Sigma e_j``. So ``m_j = mu + (k gamma / T)
+Sigma e_j``, and the normalisation keeps only the tangent part of the change, divided by the
+length of ``mu``: ``m_j / ||m_j|| = mu_hat + P (m_j - mu) / ||mu|| + O(e^2)``. Hence
+
+.. math::
+
+    e_j \leftarrow \frac{k\gamma}{T\,\lVert\mu\rVert}\, P\Sigma P\, e_j, \qquad
+    T_c^{\cos} = k\gamma\, \frac{\lambda_{\max}(P \Sigma P)}{\lVert \mu \rVert}
+
+(``k gamma`` = 1, ``sqrt(k)``, ``k`` as above). Compared with the Euclidean ``lambda_max(Sigma)``
+of the normalised rows, the radial direction ``mu_hat`` drops out (the normalisation removes it)
+and the gain grows by ``1 / ||mu||``: the less the directions agree, the hotter the first split.
+Example: two tight groups at angles ``+-a`` from their mean direction give
+``lambda_max(P Sigma P) = sin^2 a`` and ``||mu|| = cos a``, so ``T_c = sin^2 a / cos a`` for
+softmax, which is also what the exact map ``tan b' = tanh(sin a sin b / T) tan a`` of the half
+angle ``b`` between the centroids linearises to. When ``||mu||`` vanishes (directions spread
+evenly) the mean direction is not a stable state at any temperature; :func:`sphere_eigmax`
+floors ``||mu||`` at :data:`MIN_MEAN_NORM` so that the ladder still starts at a finite ``T``.
 """
 
 from __future__ import annotations
@@ -32,17 +62,24 @@ from torch import Tensor
 from ._validation import check_positive_int, check_temperature
 from .assignments import get_assignment
 from .distances import chunk_rows, iter_chunks
+from .metrics import check_metric, normalize_rows
 
 if TYPE_CHECKING:
     from .comm import Comm
 
 __all__ = [
+    "MIN_MEAN_NORM",
     "covariance_eigmax",
     "covariance_spread",
     "critical_temperature",
     "critical_temperature_factor",
     "geometric_schedule",
+    "sphere_eigmax",
+    "sphere_spread",
 ]
+
+#: the floor on ``||mu||`` in the spherical critical temperature (:func:`sphere_eigmax`)
+MIN_MEAN_NORM = 1e-3
 
 
 def critical_temperature_factor(assignment: str, n_clusters: int) -> float:
@@ -65,6 +102,19 @@ def covariance_spread(
     :class:`rbfkmeans.comm.Comm`) the sums run over every rank's shard. Returns
     ``(trace(Sigma) / d, lambda_max(Sigma))``; ``(0, 0)`` when the weights sum to zero.
     """
+    moments = _moments(X, sample_weight, chunk_size, comm)
+    if moments is None:
+        return 0.0, 0.0
+    _, cov = moments
+    mean_var = float(cov.diagonal().clamp(min=0).mean())
+    return mean_var, float(torch.linalg.eigvalsh(cov).max().clamp(min=0))
+
+
+def _moments(
+    X: Tensor, sample_weight: Tensor | None, chunk_size: int | None, comm: Comm | None
+) -> tuple[Tensor, Tensor] | None:
+    """The weighted mean ``mu`` (d,) and biased covariance (d, d) in float64, two chunked passes
+    (summed over ``comm``'s ranks); ``None`` when the weights sum to zero."""
     n, d = X.shape
     rows = chunk_rows(n, d, chunk_size)
     tot = torch.zeros(1, dtype=torch.float64, device=X.device)
@@ -81,7 +131,7 @@ def covariance_spread(
     if comm is not None:
         comm.sum_(tot, s1)
     if float(tot) == 0:
-        return 0.0, 0.0
+        return None
     mu = s1 / tot  # (d,)
     M = torch.zeros(d, d, dtype=torch.float64, device=X.device)
     for s in iter_chunks(n, rows):
@@ -90,9 +140,42 @@ def covariance_spread(
         M.addmm_(Xw.T, Xc)
     if comm is not None:
         comm.sum_(M)
-    cov = M / tot  # (d, d)
-    mean_var = float(cov.diagonal().clamp(min=0).mean())
-    return mean_var, float(torch.linalg.eigvalsh(cov).max().clamp(min=0))
+    return mu, M / tot  # (d,), (d, d)
+
+
+def sphere_spread(
+    X: Tensor,
+    sample_weight: Tensor | None = None,
+    *,
+    chunk_size: int | None = None,
+    comm: Comm | None = None,
+) -> tuple[float, float, float]:
+    r"""The spread of unit rows ``X`` (n, d) that sets spherical k-means' first split.
+
+    Returns ``(trace(Sigma) / d, lambda_max(P Sigma P), ||mu||)`` with ``mu`` the weighted mean
+    of the rows, ``Sigma`` their weighted (biased) covariance and ``P = I - mu_hat mu_hat^T``
+    (module docstring); the same chunked float64 passes as :func:`covariance_spread`. ``X``
+    must already be normalised (:func:`rbfkmeans.metrics.normalize_rows`). ``(0, 0, 0)`` when
+    the weights sum to zero; with ``mu = 0`` there is no mean direction and ``P = I``.
+    """
+    moments = _moments(X, sample_weight, chunk_size, comm)
+    if moments is None:
+        return 0.0, 0.0, 0.0
+    mu, cov = moments
+    r = float(mu.norm())
+    P = torch.eye(X.shape[1], dtype=torch.float64, device=X.device)  # (d, d)
+    if r > 0:
+        u = mu / r  # (d,) mu_hat
+        P -= torch.outer(u, u)
+    lam = float(torch.linalg.eigvalsh(P @ cov @ P).max().clamp(min=0))
+    return float(cov.diagonal().clamp(min=0).mean()), lam, r
+
+
+def sphere_eigmax(tangent_eigmax: float, mean_norm: float) -> float:
+    """``lambda_max(P Sigma P) / max(||mu||, MIN_MEAN_NORM)``: on the sphere, the eigenvalue
+    that plays the part of ``lambda_max(Sigma)``, ``T_c = critical_temperature_factor * this``
+    (module docstring)."""
+    return float(tangent_eigmax) / max(float(mean_norm), MIN_MEAN_NORM)
 
 
 def covariance_eigmax(X: Tensor, sample_weight: Tensor | None = None) -> float:
@@ -107,9 +190,19 @@ def critical_temperature(
     sample_weight: Tensor | None = None,
     *,
     eigmax: float | None = None,
+    metric: str = "sqeuclidean",
 ) -> float:
-    """First critical temperature ``T_c`` (module docstring) of data ``X`` (n, d)."""
-    lam = covariance_eigmax(X, sample_weight) if eigmax is None else float(eigmax)
+    """First critical temperature ``T_c`` (module docstring) of data ``X`` (n, d): the factor
+    times ``lambda_max(Cov X)``, or for ``metric="cosine"`` times
+    ``lambda_max(P Sigma P) / ||mu||`` of the normalised rows (:func:`sphere_eigmax`). ``eigmax``
+    replaces that eigenvalue."""
+    if eigmax is not None:
+        lam = float(eigmax)
+    elif check_metric(metric) == "cosine":
+        _, lam_t, r = sphere_spread(normalize_rows(X), sample_weight)
+        lam = sphere_eigmax(lam_t, r)
+    else:
+        lam = covariance_eigmax(X, sample_weight)
     return critical_temperature_factor(assignment, n_clusters) * lam
 
 

@@ -148,12 +148,18 @@ def initial_centers(
     ``"random"`` (k distinct rows drawn with probability proportional to their weight; one
     process only), an array (k, d), or a callable ``init(X, n_clusters, RandomState(seed))``
     returning one. An array or a callable's result is broadcast from rank 0 (a callable sees only
-    this rank's shard).
+    this rank's shard). On a cosine ``data`` every start is on the unit sphere: the mean is the
+    mean direction ``mu / ||mu||`` of the normalised rows, a callable sees the normalised rows,
+    and an array's rows are normalised (a zero row raises).
     """
     k = check_positive_int(n_clusters, "n_clusters")
     if isinstance(init, str):
         if init == "mean":
-            return weighted_mean(data).unsqueeze(0).repeat(k, 1)
+            mu = weighted_mean(data).unsqueeze(0)  # (1, d)
+            if data.metric.spherical and not bool(mu.any()):
+                raise ValueError("init='mean' with metric='cosine' needs a mean direction; the "
+                                 "weighted mean of the normalised rows is 0 (use 'k-means++')")
+            return data.project(mu).repeat(k, 1)
         if init == "k-means++":
             return kmeans_plusplus(data, k, generator=generator)
         if init == "random":
@@ -177,4 +183,4 @@ def initial_centers(
         raise ValueError("init array must be finite numbers; got NaN, inf or non-numbers")
     C = torch.as_tensor(C0).to(device=data.X.device, dtype=data.X.dtype).clone()
     data.comm.broadcast_(C, src=0)
-    return C
+    return data.project(C, name="init")

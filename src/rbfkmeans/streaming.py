@@ -35,6 +35,7 @@ from ._validation import check_positive_int, check_temperature
 from .assignments import Assignment, get_assignment
 from .comm import Comm
 from .lloyd import relocate_empty
+from .metrics import check_metric, get_metric
 from .passes import Data, cluster_stats
 from .seeding import kmeans_plusplus
 
@@ -62,6 +63,7 @@ def minibatch_step(
 
     A cluster that has still received no mass (``n_j = 0``) is moved to the batch point farthest
     from the other centroids (its count stays 0, so its next step jumps to its members' mean).
+    On a cosine ``data`` the stepped centroids are projected back onto the unit sphere.
     """
     C = data.check_centroids(C)
     if not isinstance(counts, Tensor) or counts.shape != (C.shape[0],):
@@ -71,7 +73,7 @@ def minibatch_step(
     counts = counts + st.N  # (k,)
     tiny = torch.finfo(C.dtype).tiny
     rate = torch.where(counts > 0, 1.0 / counts.clamp(min=tiny), torch.zeros_like(counts))
-    C = C + rate.unsqueeze(1) * (st.S - st.N.unsqueeze(1) * C)  # (k, d)
+    C = data.project(C + rate.unsqueeze(1) * (st.S - st.N.unsqueeze(1) * C), C)  # (k, d)
     empty = counts <= 0  # (k,) the same on every rank (counts are sums over ranks)
     if bool(empty.any()):
         C = relocate_empty(data, C, empty)
@@ -91,8 +93,9 @@ class MiniBatchKMeans:
 
     def __init__(self, n_clusters: int, T: float, assignment: str | Assignment, *,
                  generator: torch.Generator, chunk_size: int | None = None,
-                 comm: Comm | None = None) -> None:
+                 comm: Comm | None = None, metric: str = "sqeuclidean") -> None:
         self.k = check_positive_int(n_clusters, "n_clusters")
+        self.metric = check_metric(metric)
         self.T = check_temperature(T)
         self.assignment = get_assignment(assignment)
         self.generator = generator
@@ -108,7 +111,8 @@ class MiniBatchKMeans:
         self.inertia = 0.0
 
     def _data(self, X: Tensor, w: Tensor | None) -> Data:
-        return Data(X, w, chunk_size=self.chunk_size, comm=self.comm, validate=False)
+        return Data(X, w, chunk_size=self.chunk_size, comm=self.comm, validate=False,
+                    metric=self.metric)
 
     def _step(self, X: Tensor, w: Tensor | None) -> None:
         assert self.C is not None
@@ -154,14 +158,18 @@ class MiniBatchKMeans:
 @torch.no_grad()
 def macqueen_updates(
     X: Tensor, C: Tensor, counts: Tensor, T: float, assignment: str | Assignment,
-    w: Tensor | None = None,
+    w: Tensor | None = None, *, metric: str = "sqeuclidean",
 ) -> tuple[Tensor, Tensor]:
     """Sequential MacQueen updates (module docstring) over the rows of ``X`` (n, d), in order,
     from centroids ``C`` (k, d) and running counts ``counts`` (k,). Returns new ``(C, counts)``
-    (the inputs are not modified)."""
+    (the inputs are not modified). With ``metric="cosine"`` the rows are normalised and the
+    centroids projected back onto the unit sphere after every point (online spherical k-means).
+    """
     entry = get_assignment(assignment)
     T = check_temperature(T)
-    C = C.clone()
+    geometry = get_metric(metric)
+    X = geometry.prepare(X, "X")
+    C = geometry.project(C.clone(), None, "C")
     counts = counts.clone()
     hard = entry.hard or T == 0.0
     for i in range(X.shape[0]):
@@ -173,9 +181,12 @@ def macqueen_updates(
         else:
             r = entry.forward(d / (-2.0 * T), dim=0)
         wr = r if w is None else r * w[i]  # (k,)
+        C_old = C.clone() if geometry.spherical else C
         counts += wr
         step = torch.where(counts > 0, wr / counts.clamp(min=torch.finfo(C.dtype).tiny), 0.0)
         C += step.unsqueeze(1) * (x - C)
+        if geometry.spherical:
+            C = geometry.project(C, C_old, "C")
     return C, counts
 
 

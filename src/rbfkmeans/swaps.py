@@ -78,6 +78,8 @@ def swap_costs(
     * ``halves`` (k, 2, d): those means.
 
     All sums are accumulated in float64 and reduced over the ranks; nothing larger than a chunk.
+    On a cosine ``data`` the costs are in the units of the spherical ``J`` (half the Euclidean
+    ones of the normalised rows) and a trial starts from the halves projected onto the sphere.
     """
     C = data.check_centroids(C)
     k, d = C.shape
@@ -118,7 +120,8 @@ def swap_costs(
     both = (count > 0).all(dim=1)  # (k,)
     between = count.prod(dim=1) / count.sum(dim=1).clamp(min=1e-300)
     gain = torch.where(both, between * (halves[:, 0] - halves[:, 1]).square().sum(dim=1), 0.0)
-    return removal, gain, halves.to(data.X.dtype)
+    scale = data.metric.objective_scale  # in the units of the metric's J (1/2 for cosine)
+    return scale * removal, scale * gain, halves.to(data.X.dtype)
 
 
 @torch.no_grad()

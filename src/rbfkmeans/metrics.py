@@ -1,0 +1,170 @@
+r"""The geometry of the assignment: squared Euclidean distances, or cosine (spherical k-means).
+
+``metric="sqeuclidean"`` (the default) is the convention of the whole package: distances
+``d_ij = ||x_i - c_j||^2`` and scores ``z_ij = -d_ij / 2T``. ``metric="cosine"`` is spherical
+k-means (Dhillon & Modha 2001), with the scores
+
+.. math::
+
+    z_{ij} = \frac{\langle \hat x_i, \hat c_j \rangle}{T}, \qquad
+    \hat x = \frac{x}{\lVert x \rVert},
+
+that is the Linear layer ``W = C_hat / T``, ``b = 0`` applied to normalised inputs. On unit vectors
+``||x_hat - c_hat||^2 = 2 (1 - cos)``, hence ``-||x_hat - c_hat||^2 / 2T = cos / T - 1 / T``: the
+memberships of the cosine scores at ``T`` are the Euclidean memberships of the normalised data at
+the same ``T`` (a simplex mapping ignores a per-row constant). So spherical k-means runs on the
+Euclidean passes (:mod:`rbfkmeans.passes`) over the normalised data, with every centroid projected
+back onto the sphere after each update. The spherical update is the normalised weighted mean,
+
+.. math::
+
+    c_j \leftarrow \frac{m_j}{\lVert m_j \rVert}, \qquad
+    m_j = \frac{\sum_i w_i r_{ij} \hat x_i}{\sum_i w_i r_{ij}},
+
+the maximiser of ``sum_i w_i r_ij <x_hat_i, c>`` over unit vectors ``c``, and the objective
+
+.. math::
+
+    J_{\cos}(C) = \sum_i w_i \big(1 - \max_j \cos(x_i, c_j)\big) = \tfrac12\, J(\hat X, \hat C)
+
+is half the Euclidean ``J`` of the normalised data at unit centroids. The relaxations are halved
+alike: for softmax ``F_T = sum_i w_i (1 - T logsumexp_j(cos_ij / T))``, and
+``J_cos - T (sum w) H_max <= F_T <= J_cos``.
+
+A :class:`Metric` holds what the solvers need: ``prepare`` (the data the Euclidean passes see),
+``project`` (centroids onto the metric's set of centroids) and ``objective_scale`` (the metric's
+objective over the Euclidean ``J`` of the prepared data). :data:`METRICS` is the registry of the
+names accepted as ``metric`` everywhere (the layer, the estimator, the command line).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "METRICS",
+    "Metric",
+    "check_metric",
+    "check_nonzero_rows",
+    "cosine_similarity",
+    "get_metric",
+    "normalize_rows",
+    "project_rows",
+]
+
+
+def _scale(X: Tensor) -> Tensor:
+    """``max_l |x_il|`` (..., 1), detached: dividing by it first keeps the norms of rows of tiny
+    or huge entries from underflowing to 0 or overflowing to inf."""
+    return X.detach().abs().amax(dim=-1, keepdim=True)
+
+
+def _zero_row_error(zero: Tensor, name: str) -> ValueError:
+    first = zero.nonzero()[0].tolist()
+    where = str(first[0]) if len(first) == 1 else str(tuple(first))
+    return ValueError(
+        f"{name} has a zero row (row {where}; {int(zero.sum())} in all); metric='cosine' needs "
+        "every row to have a direction (a non-zero norm)"
+    )
+
+
+def check_nonzero_rows(X: Tensor, name: str = "X") -> None:
+    """Raise ``ValueError`` naming the first row of ``X`` (..., d) whose entries are all zero."""
+    zero = (_scale(X) == 0).squeeze(-1)  # (...,)
+    if bool(zero.any()):
+        raise _zero_row_error(zero, name)
+
+
+def normalize_rows(X: Tensor, name: str = "X") -> Tensor:
+    """``x / ||x||`` for every row of ``X`` (..., d): a new tensor, differentiable in ``X``.
+
+    Computed as ``y / ||y||`` with ``y = x / max_l |x_l|`` (the scale detached: the quotient does
+    not depend on it), so no row underflows or overflows. A zero row raises ``ValueError``
+    naming the first one (``name`` is the parameter's name in the message).
+    """
+    scale = _scale(X)  # (..., 1)
+    zero = (scale == 0).squeeze(-1)
+    if bool(zero.any()):
+        raise _zero_row_error(zero, name)
+    Y = X / scale
+    return Y / torch.linalg.vector_norm(Y, dim=-1, keepdim=True)
+
+
+def project_rows(C: Tensor, fallback: Tensor | None = None, name: str = "C") -> Tensor:
+    """The rows of ``C`` (k, d) on the unit sphere, ``c_j / ||c_j||``.
+
+    A zero row (a cluster whose members' directions cancel) takes the row of ``fallback`` (the
+    previous centroids, so such a centroid keeps its direction); without ``fallback`` it raises
+    ``ValueError`` naming the row.
+    """
+    if fallback is not None:
+        zero = (_scale(C) == 0).squeeze(-1)  # (k,)
+        if bool(zero.any()):
+            C = torch.where(zero.unsqueeze(-1), fallback.to(C.dtype), C)
+    return normalize_rows(C, name)
+
+
+def cosine_similarity(X: Tensor, C: Tensor) -> Tensor:
+    """``cos(x_i, c_j)`` (n, k) of ``X`` (n, d) and ``C`` (k, d): one matrix product of the
+    normalised rows; raises on a zero row of either (named ``X`` and ``centroids``)."""
+    return normalize_rows(X, "X") @ normalize_rows(C, "centroids").T
+
+
+def _identity(X: Tensor, name: str = "X") -> Tensor:
+    return X
+
+
+def _keep(C: Tensor, fallback: Tensor | None = None, name: str = "C") -> Tensor:
+    return C
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric and what the solvers need of it (module docstring).
+
+    ``prepare(X, name)`` is the data the Euclidean passes run on (``X`` itself, or its rows
+    normalised, a new tensor); ``project(C, fallback, name)`` maps centroids onto the metric's
+    set of centroids after an update (the identity, or onto the unit sphere);
+    ``objective_scale`` is the metric's objective over the Euclidean ``J`` of the prepared data
+    (1, or 1/2 for cosine).
+    """
+
+    name: str
+    prepare: Callable[[Tensor, str], Tensor]
+    project: Callable[[Tensor, Tensor | None, str], Tensor]
+    objective_scale: float
+    spherical: bool = False
+
+    def __repr__(self) -> str:
+        return f"Metric({self.name!r})"
+
+
+#: name -> :class:`Metric`; the names accepted as ``metric`` everywhere, in this order.
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("sqeuclidean", _identity, _keep, 1.0),
+        Metric("cosine", normalize_rows, project_rows, 0.5, spherical=True),
+    )
+}
+
+
+def check_metric(metric: Any, name: str = "metric") -> str:
+    """Return ``metric`` if it names a registered metric, else raise ``ValueError`` naming the
+    parameter ``name`` and the value received."""
+    if not isinstance(metric, str) or metric not in METRICS:
+        names = ", ".join(repr(m) for m in METRICS)
+        raise ValueError(f"{name} must be one of {names}; got {metric!r}")
+    return metric
+
+
+def get_metric(metric: Any, name: str = "metric") -> Metric:
+    """The registry entry of ``metric`` (a :class:`Metric` is returned as it is)."""
+    if isinstance(metric, Metric):
+        return metric
+    return METRICS[check_metric(metric, name)]
