@@ -381,6 +381,7 @@ def test_weights_move_the_centres() -> None:
 BAD_PARAMS: dict[str, Any] = {
     "n_clusters": 0,
     "assignment": "gumbel",
+    "metric": "manhattan",
     "init": "kmeans",
     "n_init": 0,
     "max_iter": 0,

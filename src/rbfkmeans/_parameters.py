@@ -18,6 +18,7 @@ import torch
 
 from .assignments import ASSIGNMENTS
 from .comm import Comm
+from .metrics import METRICS
 
 __all__ = [
     "PARAMETERS", "agree_on_shards", "as_float32_if_half", "is_int", "is_real", "torch_dtype",
@@ -42,6 +43,10 @@ PARAMETERS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "assignment": (
         "one of " + ", ".join(repr(a) for a in ASSIGNMENTS),
         lambda v: isinstance(v, str) and v in ASSIGNMENTS,
+    ),
+    "metric": (
+        "one of " + ", ".join(repr(m) for m in METRICS),
+        lambda v: isinstance(v, str) and v in METRICS,
     ),
     "init": (
         "'auto', 'mean', 'k-means++', 'random', an array (n_clusters, n_features) or a callable",

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .assignments import ASSIGNMENTS
+from .metrics import METRICS
 
 if TYPE_CHECKING:
     import numpy as np
@@ -47,6 +48,9 @@ def add_fit_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("-k", "--n-clusters", type=int, required=True, help="number of clusters")
     p.add_argument("--assignment", choices=ASSIGNMENTS, default="entmax15",
                    help="simplex mapping of the soft assignment (default: entmax15)")
+    p.add_argument("--metric", choices=METRICS, default="sqeuclidean",
+                   help="sqeuclidean (k-means) or cosine (spherical k-means: unit centres, "
+                   "inertia sum(1 - max cos); every row needs a non-zero norm)")
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (created if needed; default: the input's folder)")
     p.add_argument("--random-state", type=int, default=0, help="seed (default: 0)")
@@ -182,7 +186,7 @@ def run_fit(args: argparse.Namespace) -> int:
         X, header = read_matrix(args.file, args.delimiter)
         from .estimator import RBFKMeans
 
-        est = RBFKMeans(args.n_clusters, assignment=args.assignment,
+        est = RBFKMeans(args.n_clusters, assignment=args.assignment, metric=args.metric,
                         random_state=args.random_state, max_swaps=args.max_swaps,
                         verbose=int(args.verbose))
         t0 = time.perf_counter()
@@ -214,7 +218,7 @@ def run_fit(args: argparse.Namespace) -> int:
     T = est.temperatures_
     temps = (f"{T.size} (T {T[0]:.4g} -> {T[-1]:.4g})" if T.size
              else "0 (plain Lloyd)")
-    print(f"{args.file}: n={n} d={d} k={k} assignment={args.assignment}")
+    print(f"{args.file}: n={n} d={d} k={k} assignment={args.assignment} metric={args.metric}")
     print(f"  inertia={est.inertia_:.6g} iterations={est.n_iter_} swaps={est.n_swaps_} "
           f"time={seconds:.2f}s temperatures={temps}")
     print("  wrote " + ", ".join(str(p) for p in written))

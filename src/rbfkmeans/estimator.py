@@ -10,7 +10,9 @@ for sparsemax). The fit starts above the first critical temperature ``T_c`` (all
 weighted mean), cools geometrically, iterates the soft-Lloyd step ``c_j <- m_j`` (the gradient
 step with ``eta_j = 1/(2 N_j)``) to a fixed point at each temperature, warm-starts the next one,
 stops once every membership is one-hot, and polishes with exact hard Lloyd iterations until the
-labels no longer change: the result is a Lloyd fixed point. A swap search follows.
+labels no longer change: the result is a Lloyd fixed point. A swap search follows. With
+``metric="cosine"`` it is spherical k-means: the same fit on the normalised rows with the centroids
+projected back onto the unit sphere after every update (:mod:`rbfkmeans.metrics`).
 
 This module is glue: validation (one declarative table), the scikit-learn contract, and the
 calls into :mod:`~rbfkmeans.seeding`, :mod:`~rbfkmeans.annealing`, :mod:`~rbfkmeans.lloyd`,
@@ -54,8 +56,15 @@ from .gradient import GradientStep
 from .layer import KMeansLayer
 from .lloyd import LloydResult, lloyd
 from .mappings import hardmax
+from .metrics import check_nonzero_rows, cosine_similarity, get_metric
 from .passes import Data, Stats, cluster_stats, nearest
-from .schedules import covariance_spread, critical_temperature_factor, geometric_schedule
+from .schedules import (
+    covariance_spread,
+    critical_temperature_factor,
+    geometric_schedule,
+    sphere_eigmax,
+    sphere_spread,
+)
 from .seeding import initial_centers
 from .streaming import MiniBatchKMeans, agree_on_batch, array_batches, batch_data, macqueen_updates
 from .swaps import SwapResult, swap_search
@@ -73,6 +82,14 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
     assignment : {"entmax15", "softmax", "sparsemax", "hard"}, default "entmax15"
         The simplex mapping of the soft assignment. ``"hard"`` is plain Lloyd (no annealing) and,
         from the same ``init``, reproduces ``sklearn.cluster.KMeans(algorithm="lloyd")``.
+    metric : {"sqeuclidean", "cosine"}, default "sqeuclidean"
+        ``"cosine"`` is spherical k-means: scores ``cos(x, c) / T``, unit-norm centroids (the
+        update is the normalised weighted mean ``m_j / ||m_j||``), ``inertia_`` the spherical
+        objective ``sum_i w_i (1 - max_j cos(x_i, c_j))``, ``transform`` the cosine distances
+        ``1 - cos``, and ``T_c = factor * lambda_max(P Sigma P) / ||mu||`` of the normalised rows
+        (:mod:`rbfkmeans.schedules`). Every row of ``X`` needs a non-zero norm; the fit keeps a
+        normalised copy of ``X``. ``init="mean"`` is the mean direction; a callable ``init``
+        receives the normalised rows.
     init : {"auto", "mean", "k-means++", "random"}, array (k, d) or callable, default "auto"
         Start of the fit. ``"auto"`` is ``"mean"`` (annealing from the data mean, where every
         centroid sits above ``T_c``) for soft assignments and ``"k-means++"`` for ``"hard"``.
@@ -146,7 +163,7 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
     labels_ : ndarray (n,)
         Nearest centroid of each training point.
     inertia_ : float
-        ``J`` at ``cluster_centers_`` (weighted).
+        ``J`` at ``cluster_centers_`` (weighted; for cosine ``sum_i w_i (1 - max_j cos)``).
     n_iter_ : int
         Iterations run in total (soft, hard and those of the swap trials) by the best run.
     n_swaps_ : int
@@ -168,6 +185,7 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
         n_clusters: int = 8,
         *,
         assignment: str = "entmax15",
+        metric: str = "sqeuclidean",
         init: Any = "auto",
         n_init: int | str = "auto",
         max_iter: int = 300,
@@ -190,6 +208,7 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
     ) -> None:
         self.n_clusters = n_clusters
         self.assignment = assignment
+        self.metric = metric
         self.init = init
         self.n_init = n_init
         self.max_iter = max_iter
@@ -230,10 +249,15 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
 
     def _check_X(self, X: Any, *, reset: bool) -> np.ndarray:
         X = as_float32_if_half(X)
-        return validate_data(
+        X = validate_data(
             self, X, reset=reset, dtype=[np.float64, np.float32], ensure_min_samples=1,
             accept_sparse=False, copy=False,
         )
+        if get_metric(self.metric).spherical:
+            with warnings.catch_warnings():  # only read
+                warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+                check_nonzero_rows(torch.as_tensor(X), "X")
+        return X
 
     def _to_torch(self, X: np.ndarray) -> Tensor:
         dt = self._compute_dtype(X) if not hasattr(self, "_dtype_") else self._dtype_
@@ -261,7 +285,8 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
 
     def _data(self, Xt: Tensor, w: Tensor | None = None, comm: Comm | None = None) -> Data:
         """The pass context of already validated data (no second NaN scan)."""
-        return Data(Xt, w, chunk_size=self.chunk_size, comm=comm, validate=False)
+        return Data(Xt, w, chunk_size=self.chunk_size, comm=comm, validate=False,
+                    metric=self.metric)
 
     # -- fitting ------------------------------------------------------------------------------
     def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> RBFKMeans:
@@ -293,7 +318,12 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
             )
         data = self._data(self._to_torch(X), w, comm)  # (n, d)
         rng = check_random_state(self.random_state)
-        mean_var, lam = covariance_spread(data.X, w, chunk_size=self.chunk_size, comm=comm)
+        if data.metric.spherical:  # the tangent spread at the mean direction (schedules)
+            mean_var, lam_t, mu_norm = sphere_spread(data.X, w, chunk_size=self.chunk_size,
+                                                     comm=comm)
+            lam = sphere_eigmax(lam_t, mu_norm)
+        else:
+            mean_var, lam = covariance_spread(data.X, w, chunk_size=self.chunk_size, comm=comm)
         abs_tol = float(self.tol) * mean_var
         self.critical_temperature_ = critical_temperature_factor(self.assignment,
                                                                  self.n_clusters) * lam
@@ -446,7 +476,8 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
     def predict_proba(self, X: Any, temperature: float | None = None) -> np.ndarray:
         """Memberships ``R = m(-D / 2T)`` (n, k) at ``temperature`` (default: the estimator's
         ``temperature``, else the last temperature of the fit). Rows sum to one; entmax15 and
-        sparsemax rows are sparse (exact zeros). ``T = 0`` or ``assignment="hard"``: one-hot."""
+        sparsemax rows are sparse (exact zeros). ``T = 0`` or ``assignment="hard"``: one-hot.
+        For cosine ``R = m(cos(x, c) / T)``."""
         check_is_fitted(self)
         X = self._check_X(X, reset=False)
         T = self._proba_temperature(temperature)
@@ -469,10 +500,14 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
         return self.temperature_
 
     def transform(self, X: Any) -> np.ndarray:
-        """Euclidean distances (n, k) to the centroids (as ``sklearn.cluster.KMeans``)."""
+        """Euclidean distances (n, k) to the centroids (as ``sklearn.cluster.KMeans``); for
+        ``metric="cosine"`` the cosine distances ``1 - cos(x_i, c_j)``."""
         check_is_fitted(self)
         X = self._check_X(X, reset=False)
         with torch.no_grad():
+            if get_metric(self.metric).spherical:
+                D = 1.0 - cosine_similarity(self._to_torch(X), self._centers_t())  # (n, k)
+                return _np(D).astype(X.dtype, copy=False)
             D = sq_distances(self._to_torch(X), self._centers_t(), chunk_size=self.chunk_size)
         return _np(D.sqrt_()).astype(X.dtype, copy=False)
 
@@ -480,7 +515,8 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
         return self.fit(X, sample_weight=sample_weight).transform(X)
 
     def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
-        """Minus the (weighted) k-means objective ``J`` of ``X`` at the fitted centroids."""
+        """Minus the (weighted) k-means objective ``J`` of ``X`` at the fitted centroids (for
+        cosine the spherical one, ``sum_i w_i (1 - max_j cos)``)."""
         check_is_fitted(self)
         X = self._check_X(X, reset=False)
         w = self._weights(sample_weight, X)
@@ -536,7 +572,7 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
             counts = torch.as_tensor(self._online_counts).to(Xt.device, Xt.dtype) \
                 if getattr(self, "_online_counts", None) is not None \
                 else torch.zeros(self.n_clusters, dtype=Xt.dtype, device=Xt.device)
-        C, counts = macqueen_updates(Xt, C, counts, T, self.assignment, w)
+        C, counts = macqueen_updates(Xt, C, counts, T, self.assignment, w, metric=self.metric)
         self.cluster_centers_ = _np(C).astype(X.dtype, copy=False)
         self._online_counts = _np(counts)
         self.n_iter_ += 1
@@ -599,7 +635,7 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
         T = 0.0 if self.temperature is None else float(self.temperature)
         fit = MiniBatchKMeans(self.n_clusters, T, self.assignment,
                               generator=torch.Generator().manual_seed(int(seed)),
-                              chunk_size=self.chunk_size, comm=comm)
+                              chunk_size=self.chunk_size, comm=comm, metric=self.metric)
         self.__dict__.pop("_dtype_", None)
         for _ in range(n_epochs):
             stream: Iterator[tuple[Any, Any]] = (
@@ -661,13 +697,14 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
         self, temperature: float | None = None, assignment: str | None = None
     ) -> KMeansLayer:
         """A :class:`KMeansLayer` holding the fitted centroids, at ``temperature`` (default as
-        :meth:`predict_proba`) with this estimator's mapping (or ``assignment``)."""
+        :meth:`predict_proba`) with this estimator's mapping (or ``assignment``) and metric."""
         check_is_fitted(self)
         T = self._proba_temperature(temperature)
         return KMeansLayer(
             torch.as_tensor(self.cluster_centers_).to(self._dtype_),
             temperature=T,
             assignment=assignment or self.assignment,
+            metric=self.metric,
         )
 
     def __sklearn_tags__(self) -> Any:
