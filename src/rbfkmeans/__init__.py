@@ -20,12 +20,14 @@ from .objectives import (
     sparsemax_objective,
     tsallis_objective,
 )
+from .quantizer import VectorQuantizer
 
 __version__ = "0.1.0"
 
 __all__ = [
     "KMeansLayer",
     "RBFKMeans",
+    "VectorQuantizer",
     "__version__",
     "entmax15",
     "entropy_bound",

@@ -88,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     deep.add_argument("--no-progress", action="store_true")
     deep.add_argument("--no-figure", action="store_true")
     deep.set_defaults(func=_cmd_deep_cluster)
+    from .vq.cli import add_vq_parser  # the command's heavy imports wait until it runs
+
+    add_vq_parser(sub)
     return parser
 
 

@@ -1,0 +1,446 @@
+r"""Vector quantisation with a k-means codebook: :class:`VectorQuantizer`.
+
+The layer replaces each input vector by its nearest code. With the input ``z`` (..., d) read as
+rows ``x_i`` of ``X`` (n, d) and the codebook ``C`` (k, d),
+
+.. math::
+
+    a_i = \operatorname*{argmin}_j d_{ij}, \qquad d_{ij} = \lVert x_i - c_j \rVert^2, \qquad
+    q_i = c_{a_i}
+
+(ties to the lowest index). Training moves the encoder and the codebook with
+
+.. math::
+
+    \hat q_i = q_i + (x_i - \operatorname{sg}(x_i)), \qquad
+    \mathcal{L} = \frac{1}{nd}\Big(\beta \sum_i \lVert x_i - \operatorname{sg}(q_i)\rVert^2
+        + F_T\big(C;\, \operatorname{sg}(X)\big)\Big),
+
+where ``sg`` stops the gradient. ``q_hat`` has the value ``q_i`` exactly and the derivative
+``dq_hat/dx = I``: the straight-through estimator (the same one as ``x + sg(q - x)``, without its
+rounding). ``beta`` is the commitment weight. ``F_T`` is the relaxed k-means objective of the
+assignment (:mod:`rbfkmeans.objectives`; softmax:
+``F_T = -2T sum_i logsumexp_j(-d_ij / 2T)``), whose gradient is the soft-Lloyd direction
+``dF_T/dc_j = 2 N_j (c_j - m_j)`` with ``N_j = sum_i r_ij``, ``m_j = sum_i r_ij x_i / N_j``.
+Since ``J - 2T n H_max <= F_T <= J``, annealing ``T -> 0`` turns it into
+``J = sum_i ||sg(x_i) - q_i||^2``, the codebook loss of VQ-VAE (van den Oord et al. 2017):
+soft-to-hard quantisation.
+
+With ``update="kmeans"`` the codebook is not trained by gradient: after each training forward it
+takes the mini-batch k-means step (:mod:`rbfkmeans.streaming`), with the batch's memberships
+``r_ij`` (one-hot at ``T = 0``) and running counts ``n_j``,
+
+.. math::
+
+    N_j = \sum_i r_{ij}, \quad S_j = \sum_i r_{ij} x_i, \quad
+    n_j \leftarrow \gamma\, n_j + N_j, \quad c_j \leftarrow c_j + \frac{S_j - N_j c_j}{n_j}.
+
+``gamma = 1`` is exact mini-batch k-means (MacQueen's rule a batch at a time, the gradient step on
+``J`` with ``eta_j = 1/(2 n_j)``); ``gamma < 1`` forgets old batches and is the exponential moving
+average of counts and sums: with ``s_j = n_j c_j`` it reads ``n_j <- gamma n_j + N_j``,
+``s_j <- gamma s_j + S_j``, ``c_j = s_j / n_j``.
+
+``metric="cosine"`` quantises directions: inputs and codes are normalised,
+``x_hat = x/||x||``, ``c_hat = c/||c||``, with scores ``<x_hat_i, c_hat_j> / T`` and distances
+``d_ij = ||x_hat_i - c_hat_j||^2 = 2 - 2 <x_hat_i, c_hat_j>`` (so ``-d_ij / 2T`` is the score less
+the row constant ``1/T``: the same mappings and objectives apply). The codebook is kept on the
+unit sphere, and the layer outputs (and commits) the normalised ``x_hat``. (Its ``F_T`` is that of
+the normalised rows, twice the spherical objective of :mod:`rbfkmeans.metrics`.)
+
+The other parts of a training step:
+
+* **Initialisation.** The first training batch (or batches, until ``k`` rows have arrived)
+  seeds the codebook by greedy k-means++ (:func:`rbfkmeans.seeding.kmeans_plusplus`, drawn from
+  a generator seeded with ``seed``) or by a full :class:`~rbfkmeans.RBFKMeans` fit
+  (``random_state=seed``); until then the buffer ``initialized`` is False.
+* **Dead codes.** A code that no vector of ``dead_code_steps`` consecutive training batches was
+  assigned to is reset to an input vector of the current batch, drawn uniformly without
+  replacement; its running statistics (count ``n_j``, unused steps) restart at 0.
+* **Statistics** of each batch in :attr:`VectorQuantizer.stats`: ``usage`` the fraction of codes
+  used, ``perplexity = exp(-sum_j p_j log p_j)`` with ``p_j`` the fraction of the batch's vectors
+  assigned to code ``j`` (``k`` when uniform, 1 when one code takes all), and the number of codes
+  revived.
+
+Under ``torch.distributed`` (``DistributedDataParallel`` or not) a training forward reduces every
+statistic over the ranks of the default group (:meth:`rbfkmeans.comm.Comm.auto`): the counts, the
+sums and the memberships are all-reduced, the k-means++ draws and the revived vectors are picked
+from the concatenation of the ranks' batches with the same generator on every rank, and the
+initial codebook is broadcast from rank 0. Every rank then holds the same codebook, equal to a
+single process fed the concatenated batches. Every rank must call the training forward the same
+number of times; evaluation (``model.eval()``) is local.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ._validation import check_finite, check_positive_int, check_temperature, compute_dtype
+from .assignments import check_assignment, get_assignment
+from .comm import Comm
+from .distances import shifted_scores, sq_distances
+from .estimator import RBFKMeans
+from .metrics import check_metric, get_metric
+from .objectives import objective_from_distances
+from .passes import Data
+from .seeding import kmeans_plusplus
+
+__all__ = ["INITS", "UPDATES", "VectorQuantizer", "code_perplexity"]
+
+#: the names accepted as ``update``
+UPDATES = ("objective", "kmeans")
+#: the names accepted as ``init``
+INITS = ("k-means++", "rbfkmeans")
+
+
+def _check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    return value
+
+
+def _check_real(value: Any, name: str, rule: str, ok: Any) -> float:
+    """``value`` as a float if it is a real number with ``ok(value)`` true, else raise."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or not ok(v):
+        raise ValueError(f"{name} must be {rule}; got {value!r}")
+    return v
+
+
+def code_perplexity(used: Tensor) -> Tensor:
+    """``exp(-sum_j p_j log p_j)`` with ``p = used / sum(used)`` for code counts ``used`` (k,)."""
+    p = used.double() / used.double().sum().clamp_min(1.0)  # (k,)
+    return torch.exp(-torch.special.xlogy(p, p).sum())
+
+
+class VectorQuantizer(nn.Module):
+    r"""Nearest-code quantiser with a k-means codebook (module docstring for the equations).
+
+    Parameters
+    ----------
+    dim : int
+        ``d``, the length of the vectors quantised (the last dimension of the input).
+    n_codes : int
+        ``k``, the number of codes.
+    assignment : {"softmax", "entmax15", "sparsemax", "hard"}, default "softmax"
+        The simplex mapping of the relaxed objective ``F_T`` (``update="objective"``) or of the
+        memberships of the k-means step (``update="kmeans"``). The output is always the nearest
+        code.
+    temperature : float, default 0.0
+        ``T >= 0`` of ``F_T``, in units of squared distance (of ``d = 2 - 2 cos`` for cosine).
+        ``T = 0`` (or ``assignment="hard"``) gives the hard ``J``. Settable, to anneal it.
+    metric : {"sqeuclidean", "cosine"}, default "sqeuclidean"
+        Nearest in ``||x - c||^2``, or in angle (inputs and codes normalised; a zero input vector
+        raises ``ValueError``).
+    commitment_weight : float, default 0.25
+        ``beta >= 0``, the weight of ``||x - sg(q)||^2`` in the loss.
+    update : {"objective", "kmeans"}, default "objective"
+        ``"objective"``: the codebook is an ``nn.Parameter`` trained by the optimiser on
+        ``F_T`` (it is in ``loss``). ``"kmeans"``: a buffer moved by the mini-batch k-means step
+        after each training forward (``loss`` then holds the commitment term only).
+    decay : float, default 1.0
+        ``gamma`` in ``(0, 1]`` of the running counts of ``update="kmeans"``: 1 is exact
+        mini-batch k-means, less is the exponential moving average.
+    init : {"k-means++", "rbfkmeans"}, default "k-means++"
+        How the first batch(es) seed the codebook: greedy k-means++ (fast) or an annealed
+        :class:`~rbfkmeans.RBFKMeans` fit (slower, better codebooks on the first batch).
+    dead_code_steps : int or None, default 50
+        Reset a code unused by ``dead_code_steps`` consecutive training batches (``None``: never).
+    seed : int, default 0
+        Seeds the initial random codebook, the k-means++ draws and the revival draws (the same
+        on every rank).
+    dtype : torch.dtype, default torch.float32
+        The codebook's dtype (float32 or float64); inputs are computed in it, or in float64 when
+        they are float64. float16 and bfloat16 inputs, and ``torch.autocast`` regions, are
+        computed in float32.
+
+    ``forward(z)`` takes ``z`` (..., d) and returns ``(quantized, indices, loss)``: ``quantized``
+    (..., d) is ``codebook[indices]`` (as the codebook was when the forward began) with the
+    straight-through gradient to ``z``, ``indices`` (...) the nearest codes, ``loss`` the scalar
+    ``L``. A training forward then updates the statistics, the codebook (``update="kmeans"``)
+    and revives dead codes.
+    """
+
+    codebook: Tensor
+    initialized: Tensor
+    counts: Tensor
+    unused_steps: Tensor
+
+    def __init__(
+        self,
+        dim: int,
+        n_codes: int,
+        *,
+        assignment: str = "softmax",
+        temperature: float = 0.0,
+        metric: str = "sqeuclidean",
+        commitment_weight: float = 0.25,
+        update: str = "objective",
+        decay: float = 1.0,
+        init: str = "k-means++",
+        dead_code_steps: int | None = 50,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        self.dim = check_positive_int(dim, "dim")
+        self.n_codes = check_positive_int(n_codes, "n_codes")
+        self.assignment = assignment
+        self.temperature = temperature
+        self.metric = check_metric(metric, "metric")
+        self._spherical = get_metric(self.metric).spherical
+        self.commitment_weight = _check_real(commitment_weight, "commitment_weight",
+                                             "a finite number >= 0", lambda v: v >= 0)
+        self.update = _check_choice(update, "update", UPDATES)
+        self.decay = _check_real(decay, "decay", "a number in (0, 1]", lambda v: 0 < v <= 1)
+        self.init = _check_choice(init, "init", INITS)
+        self.dead_code_steps = None if dead_code_steps is None \
+            else check_positive_int(dead_code_steps, "dead_code_steps")
+        self.seed = check_positive_int(seed, "seed", minimum=0)
+        if dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"dtype must be torch.float32 or torch.float64; got {dtype}")
+        self._generator = torch.Generator().manual_seed(self.seed)
+        C = torch.randn(self.n_codes, self.dim, generator=self._generator, dtype=dtype)  # (k, d)
+        C = get_metric(self.metric).project(C, None, "codebook")
+        if self.update == "objective":
+            self.codebook = nn.Parameter(C)
+        else:
+            self.register_buffer("codebook", C)
+        self.register_buffer("initialized", torch.zeros((), dtype=torch.bool))
+        self.register_buffer("counts", torch.zeros(self.n_codes, dtype=torch.float64))  # n_j
+        self.register_buffer("unused_steps", torch.zeros(self.n_codes, dtype=torch.long))
+        self._pending: list[Tensor] = []  # rows kept until the codebook can be seeded
+        self.stats: dict[str, Tensor] = {}
+
+    # -- hyper-parameters ---------------------------------------------------------------------
+    @property
+    def temperature(self) -> float:
+        """``T >= 0`` of the codebook objective (settable: anneal it towards 0)."""
+        return self._temperature
+
+    @temperature.setter
+    def temperature(self, value: float) -> None:
+        self._temperature = check_temperature(value, "temperature")
+
+    @property
+    def assignment(self) -> str:
+        """The simplex mapping's name."""
+        return self._assignment
+
+    @assignment.setter
+    def assignment(self, value: str) -> None:
+        self._assignment = check_assignment(value, "assignment")
+
+    @property
+    def usage(self) -> float:
+        """Fraction of the codes used by the last batch (NaN before the first forward)."""
+        return float(self.stats["usage"]) if self.stats else math.nan
+
+    @property
+    def perplexity(self) -> float:
+        """``exp`` of the entropy of the last batch's code distribution (NaN before any)."""
+        return float(self.stats["perplexity"]) if self.stats else math.nan
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "generator": self._generator.get_state()}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.temperature = state["temperature"]
+        self._generator.set_state(state["generator"])
+
+    def extra_repr(self) -> str:
+        return (f"dim={self.dim}, n_codes={self.n_codes}, metric={self.metric!r}, "
+                f"update={self.update!r}, assignment={self.assignment!r}, "
+                f"temperature={self.temperature:g}")
+
+    # -- the computation ----------------------------------------------------------------------
+    def _rows(self, z: Any) -> Tensor:
+        """``z`` (..., d) checked and flattened to ``X`` (n, d) in the compute dtype."""
+        if not isinstance(z, Tensor):
+            raise TypeError(f"z must be a torch.Tensor; got {type(z).__name__}")
+        if z.dim() < 1 or z.shape[-1] != self.dim:
+            raise ValueError(f"z must have shape (..., {self.dim}) (dim={self.dim}); got "
+                             f"{tuple(z.shape)}")
+        if not (z.is_floating_point()):
+            raise TypeError(f"z must be a floating-point tensor; got {z.dtype}")
+        check_finite(z.detach(), "z")
+        dt = compute_dtype(torch.promote_types(self.codebook.dtype, z.dtype))
+        # x, or x_hat = x / ||x|| (differentiable; a zero row raises) for cosine
+        return get_metric(self.metric).prepare(z.to(dt), "z").reshape(-1, self.dim)  # (n, d)
+
+    def _distances(self, X: Tensor, C: Tensor) -> Tensor:
+        """``d_ij`` (n, k): ``||x - c||^2``, or ``2 - 2 <x_hat, c_hat>`` for cosine."""
+        if self._spherical:
+            C_hat = get_metric(self.metric).project(C, None, "codebook")  # (k, d)
+            return (2.0 - 2.0 * (X @ C_hat.T)).clamp_min(0.0)  # (n, k)
+        return sq_distances(X, C)  # (n, k)
+
+    def distances(self, z: Tensor) -> Tensor:
+        """Distances ``d`` (..., k) from ``z`` (..., d) to the codes (no statistics kept)."""
+        X = self._rows(z)
+        with torch.autocast(X.device.type, enabled=False):
+            D = self._distances(X, self.codebook.to(X.dtype))  # (n, k)
+        return D.reshape(*z.shape[:-1], self.n_codes)
+
+    def scores(self, z: Tensor) -> Tensor:
+        """Scores (..., k): ``-d / 2T``, or ``<x_hat, c_hat> / T`` for cosine; needs ``T > 0``."""
+        if self.temperature == 0:
+            raise ValueError("scores are -d/(2T), undefined at temperature=0; use distances()")
+        X = self._rows(z)
+        with torch.autocast(X.device.type, enabled=False):
+            C = self.codebook.to(X.dtype)
+            if self._spherical:
+                C_hat = get_metric(self.metric).project(C, None, "codebook")  # (k, d)
+                S = (X @ C_hat.T) / self.temperature  # (n, k)
+            else:
+                S = sq_distances(X, C) / (-2.0 * self.temperature)  # (n, k)
+        return S.reshape(*z.shape[:-1], self.n_codes)
+
+    def lookup(self, indices: Tensor) -> Tensor:
+        """The codes ``codebook[indices]`` (..., d) of integer ``indices`` (...), e.g. tokens."""
+        if not isinstance(indices, Tensor) or indices.is_floating_point() \
+                or indices.is_complex() or indices.dtype == torch.bool:
+            raise TypeError(f"indices must be an integer torch.Tensor; got "
+                            f"{getattr(indices, 'dtype', type(indices).__name__)}")
+        lo, hi = (int(indices.min()), int(indices.max())) if indices.numel() else (0, 0)
+        if lo < 0 or hi >= self.n_codes:
+            raise ValueError(f"indices must be in [0, {self.n_codes}) (n_codes={self.n_codes}); "
+                             f"got values in [{lo}, {hi}]")
+        return self.codebook.detach()[indices]
+
+    def forward(self, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``(quantized, indices, loss)`` for ``z`` (..., d) (class docstring)."""
+        X = self._rows(z)  # (n, d), x_hat for cosine
+        lead = z.shape[:-1]
+        with torch.autocast(X.device.type, enabled=False):
+            comm = Comm.auto() if self.training else Comm()
+            if self._spherical:
+                self._renormalize()
+            X_d = X.detach()
+            if self.training and not bool(self.initialized):
+                self._initialize(X_d, comm)
+            # a copy: the graph keeps it, so the in-place updates below leave backward intact
+            C = self.codebook.to(X.dtype, copy=True)  # (k, d)
+            D = self._distances(X_d, C)  # (n, k), differentiable in C only
+            indices = D.detach().argmin(dim=1)  # (n,) nearest code, ties to the lowest index
+            q = self.codebook.detach()[indices].to(X.dtype)  # (n, d) exactly the codes
+            quantized = q + (X - X_d)  # (n, d) value q, gradient straight through to z
+            loss = self.commitment_weight * (X - q).square().sum()
+            if self.update == "objective":
+                loss = loss + objective_from_distances(D, self.temperature, self.assignment)
+            loss = loss / max(X.numel(), 1)
+            if self.training:
+                self._step(X_d, D.detach(), indices, comm)
+            else:
+                self._record(torch.bincount(indices, minlength=self.n_codes).double(), 0)
+        return quantized.reshape(*lead, self.dim), indices.reshape(lead), loss
+
+    # -- the training step --------------------------------------------------------------------
+    @torch.no_grad()
+    def _step(self, X: Tensor, D: Tensor, indices: Tensor, comm: Comm) -> None:
+        """Statistics over all ranks, the k-means step, dead-code revival (module docstring)."""
+        k = self.n_codes
+        used = torch.bincount(indices, minlength=k).double()  # (k,) hard counts
+        if self.update == "kmeans":
+            R = self._memberships(D)  # (n, k), None when hard (one-hot at the nearest code)
+            if R is None:
+                S = X.new_zeros(k, self.dim).index_add_(0, indices, X)  # (k, d)
+                comm.sum_(used, S)
+                N = used.to(X.dtype)  # (k,)
+            else:
+                N, S = R.sum(dim=0), R.T @ X  # (k,), (k, d)
+                comm.sum_(used, N, S)
+            self._kmeans_step(N, S)
+        else:
+            comm.sum_(used)
+        self.unused_steps.copy_(torch.where(used > 0, 0, self.unused_steps + 1))
+        revived = 0
+        if self.dead_code_steps is not None:
+            dead = self.unused_steps >= self.dead_code_steps  # (k,) the same on every rank
+            if bool(dead.any()):
+                revived = self._revive(dead, X, comm)
+        self._record(used, revived)
+
+    def _memberships(self, D: Tensor) -> Tensor | None:
+        """``R = m(-D / 2T)`` (n, k) of the assignment, or None for the hard (one-hot) rule."""
+        entry = get_assignment(self.assignment)
+        shifted = None if entry.hard else shifted_scores(D, self.temperature)
+        if shifted is None:
+            return None
+        return entry.forward(shifted[0], dim=1)
+
+    def _kmeans_step(self, N: Tensor, S: Tensor) -> None:
+        """``n_j <- gamma n_j + N_j``, ``c_j <- c_j + (S_j - N_j c_j) / n_j``."""
+        C = self.codebook.to(S.dtype)  # (k, d)
+        self.counts.mul_(self.decay).add_(N.double())
+        n = self.counts.to(S.dtype)
+        rate = torch.where(n > 0, 1.0 / n.clamp_min(torch.finfo(S.dtype).tiny), 0.0)  # (k,)
+        C = C + rate.unsqueeze(1) * (S - N.unsqueeze(1) * C)  # (k, d)
+        # cosine: back onto the sphere (spherical k-means); a zero row keeps its old direction
+        self.codebook.copy_(get_metric(self.metric).project(C, self.codebook, "codebook"))
+
+    def _revive(self, dead: Tensor, X: Tensor, comm: Comm) -> int:
+        """Reset the ``dead`` codes to input rows drawn from the batches of all ranks."""
+        j = dead.nonzero().squeeze(1)  # (m,) codes to reset
+        rows = comm.counts(X.shape[0])
+        total = sum(rows)
+        if total == 0:
+            return 0
+        m = int(j.numel())
+        g = torch.randperm(total, generator=self._generator)[:m] if m <= total \
+            else torch.randint(total, (m,), generator=self._generator)  # (m,) global rows
+        start = sum(rows[: comm.rank])
+        mine = (g >= start) & (g < start + X.shape[0])  # (m,) rows this rank holds
+        new = X.new_zeros(m, self.dim)  # (m, d)
+        new[mine.to(X.device)] = X[(g[mine] - start).to(X.device)]
+        comm.sum_(new)  # one rank contributes each row
+        self.codebook[j.to(self.codebook.device)] = new.to(self.codebook.dtype)
+        self.counts[j] = 0.0
+        self.unused_steps[j] = 0
+        return m
+
+    @torch.no_grad()
+    def _initialize(self, X: Tensor, comm: Comm) -> None:
+        """Seed the codebook once ``k`` rows have arrived (over all ranks)."""
+        self._pending.append(X.clone())
+        if comm.sum_scalars(sum(int(x.shape[0]) for x in self._pending))[0] < self.n_codes:
+            return
+        X0 = torch.cat(self._pending) if len(self._pending) > 1 else self._pending[0]  # (m, d)
+        self._pending = []
+        if self.init == "k-means++":
+            C0 = kmeans_plusplus(Data(X0, comm=comm, validate=False), self.n_codes,
+                                 generator=self._generator)  # (k, d)
+        else:
+            est = RBFKMeans(self.n_codes, metric=self.metric, random_state=self.seed)
+            est.fit(X0.cpu().numpy())
+            C0 = torch.as_tensor(np.asarray(est.cluster_centers_), dtype=X0.dtype,
+                                 device=X0.device)  # (k, d)
+        C0 = get_metric(self.metric).project(C0, self.codebook, "codebook")
+        comm.broadcast_(C0, src=0)
+        self.codebook.copy_(C0.to(self.codebook.dtype))
+        self.counts.zero_()
+        self.unused_steps.zero_()
+        self.initialized.fill_(True)
+
+    @torch.no_grad()
+    def _renormalize(self) -> None:
+        """Rescale the codes to unit length (cosine), in place, when they have left it."""
+        C = self.codebook
+        norms = C.norm(dim=1, keepdim=True)  # (k, 1)
+        if bool(((norms - 1.0).abs() > 4 * torch.finfo(C.dtype).eps).any()):
+            C.copy_(get_metric(self.metric).project(C, None, "codebook"))
+
+    def _record(self, used: Tensor, revived: int) -> None:
+        """The statistics of a batch from its hard counts ``used`` (k,)."""
+        self.stats = {
+            "usage": (used > 0).double().mean(),
+            "perplexity": code_perplexity(used),
+            "revived": torch.tensor(revived),
+        }

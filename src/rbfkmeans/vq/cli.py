@@ -1,0 +1,66 @@
+"""The ``vq`` subcommand: ``rbfkmeans vq --dataset digits --out DIR``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["add_vq_parser"]
+
+
+def _cmd_vq(args: argparse.Namespace) -> int:
+    import torch
+
+    from .experiment import run_vq  # heavy imports only when the command runs
+
+    if args.threads < 1:
+        raise SystemExit(f"--threads must be >= 1; got {args.threads}")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        res = run_vq(args.out, args.dataset, args.seeds, quick=args.quick, peer=not args.no_peer,
+                     progress=not args.no_progress, figure=not args.no_figure,
+                     steps=args.steps, codebook_size=args.codebook_size)
+    finally:
+        torch.set_num_threads(threads)
+    k = res["config"]["codebook_size"]
+    print(f"{'quantiser':24s} {'MSE':>8s} {'usage':>7s} {'perplexity':>10s} {'dead':>5s} "
+          f"{'time':>7s}")
+    for method, row in res["methods"].items():
+        if "per_seed" not in row:
+            print(f"{method:24s} {row['skipped']}")
+            continue
+        m = row["mean"]
+        print(f"{method:24s} {m['mse']:8.5f} {m['usage']:7.1%} {m['perplexity']:7.1f}/{k:<3d}"
+              f"{m['dead_codes']:5.1f} {m['time_s']:6.1f}s")
+    t = res["targets"]
+    print(f"targets: usage >= 95% {'met' if t['usage_at_least_0.95'] else 'NOT met'} "
+          f"(min {t['min_usage']:.1%}); MSE <= peer "
+          + ("not measured" if t["mse_at_or_below_peer"] is None else
+             f"{'met' if t['mse_at_or_below_peer'] else 'NOT met'} "
+             f"(ratio {t['mse_ratio_to_peer']:.3f})"))
+    print(f"wrote {args.out}/results.json ({res['runtime_s']:.0f} s)")
+    return 0
+
+
+def add_vq_parser(sub: Any) -> None:
+    """Register ``vq`` on the subparsers object ``sub`` of the main parser."""
+    p = sub.add_parser(
+        "vq", help="a VQ autoencoder on digits: VectorQuantizer vs vector-quantize-pytorch",
+        description="Train a small VQ autoencoder with rbfkmeans.VectorQuantizer (and the "
+        "vector-quantize-pytorch package when installed) on the same networks, batches and "
+        "seeds; write results.json and figures drawn from it.",
+    )
+    p.add_argument("--dataset", choices=("digits",), default="digits")
+    p.add_argument("--out", required=True, help="output folder (created)")
+    p.add_argument("--seeds", type=int, default=3, help="runs with seeds 0..N-1 (default 3)")
+    p.add_argument("--steps", type=int, help="training steps (default 3000)")
+    p.add_argument("--codebook-size", type=int, help="codes in the codebook (default 128)")
+    p.add_argument("--quick", action="store_true", help="tiny settings (what the tests run)")
+    p.add_argument("--no-peer", action="store_true",
+                   help="leave vector-quantize-pytorch out even when it is installed")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (default 1: these small networks gain nothing from more)")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-figure", action="store_true")
+    p.set_defaults(func=_cmd_vq)

@@ -1,0 +1,327 @@
+"""The ``rbfkmeans vq`` experiment: a small VQ autoencoder on real digits, three quantisers.
+
+Each image ``x`` (64 pixels in [0, 1]) is encoded by an MLP (64 -> 128 -> ``slots * dim``) into
+``slots`` vectors of length ``dim``; each vector is replaced by its nearest code of a codebook of
+``codebook_size`` codes; an MLP decoder (``slots * dim`` -> 128 -> 64) reconstructs the image.
+The networks are trained on ``mse(x_rec, x) + loss_vq`` with Adam, in mini-batches drawn with a
+seeded generator. Per seed, the same encoder and decoder start, batches, steps and codebook size
+serve every quantiser:
+
+* ``rbfkmeans``: :class:`~rbfkmeans.VectorQuantizer` with ``update="objective"``: the codebook is
+  trained by Adam on the soft k-means objective ``F_T``, ``T`` annealed linearly from ``T_start``
+  to 0 over the steps (soft-to-hard);
+* ``rbfkmeans-kmeans``: the same layer with ``update="kmeans"`` (mini-batch k-means steps with
+  running counts forgetting at rate ``decay``);
+* ``vector-quantize-pytorch``: ``VectorQuantize`` of the package of that name (its exponential
+  moving-average codebook, with its k-means initialisation and dead-code replacement switched on),
+  when it is installed; otherwise the column is left out with a note.
+
+Measured on held-out digits (a stratified 20% split): reconstruction MSE (mean over pixels),
+codebook usage (fraction of codes that some held-out vector uses), perplexity of the held-out
+code distribution, and dead codes (codes that no training vector uses after training); and the
+training time. ``DIR/results.json`` holds the numbers, the held-out code counts and a few
+reconstructions; ``plots`` draws ``reconstructions.png`` and ``code_usage.png`` from that file.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import platform
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..quantizer import VectorQuantizer, code_perplexity
+
+__all__ = [
+    "DEFAULTS",
+    "METHODS",
+    "PEER",
+    "QUICK",
+    "VQAutoencoder",
+    "default_config",
+    "load_digits_split",
+    "peer_version",
+    "run_vq",
+    "summarize",
+    "train",
+]
+
+PEER = "vector-quantize-pytorch"
+METHODS = ("rbfkmeans", "rbfkmeans-kmeans", PEER)
+METRICS = ("mse", "usage", "perplexity", "dead_codes", "time_s")
+
+#: The settings of a default run.
+DEFAULTS: dict[str, Any] = {
+    "slots": 4,  # code vectors per image
+    "dim": 16,  # length of each code vector
+    "hidden": 128,
+    "codebook_size": 128,
+    "steps": 3000,
+    "batch_size": 128,
+    "lr": 2e-3,
+    "commitment_weight": 0.25,
+    "T_start": 0.1,  # rbfkmeans: temperature annealed linearly from here to 0
+    "dead_code_steps": 50,  # rbfkmeans: reset a code unused for this many steps
+    "kmeans_decay": 0.99,  # rbfkmeans-kmeans: forgetting rate of the running counts
+    "peer_decay": 0.8,  # vector-quantize-pytorch: its default EMA decay
+    "peer_dead_code_threshold": 2.0,  # vector-quantize-pytorch: EMA cluster size below which
+    "test_size": 0.2,
+    "n_show": 10,  # held-out reconstructions kept for the figure
+}
+
+#: Tiny settings for tests and smoke runs.
+QUICK: dict[str, Any] = {"steps": 30, "codebook_size": 16, "batch_size": 64, "n_show": 4}
+
+
+def default_config(quick: bool = False, **overrides: Any) -> dict[str, Any]:
+    """:data:`DEFAULTS`, then :data:`QUICK` when ``quick``, then ``overrides`` (``None`` values
+    are ignored; an unknown name raises ``ValueError``)."""
+    cfg = dict(DEFAULTS)
+    if quick:
+        cfg.update(QUICK)
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key not in cfg:
+            raise ValueError(f"unknown setting {key!r}; known: {', '.join(sorted(cfg))}")
+        cfg[key] = value
+    for key in ("slots", "dim", "hidden", "codebook_size", "steps", "batch_size", "n_show"):
+        if isinstance(cfg[key], bool) or not isinstance(cfg[key], int) or cfg[key] < 1:
+            raise ValueError(f"{key} must be an integer >= 1; got {cfg[key]!r}")
+    return cfg
+
+
+def load_digits_split(test_size: float, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """scikit-learn's ``load_digits`` scaled to [0, 1] (pixels / 16), split stratified by class
+    into training and held-out rows: float32 tensors (n_train, 64) and (n_test, 64)."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    X, y = load_digits(return_X_y=True)
+    X_train, X_test = train_test_split((X / 16.0).astype(np.float32), test_size=test_size,
+                                       random_state=seed, stratify=y)
+    return torch.from_numpy(X_train), torch.from_numpy(X_test)
+
+
+def peer_version() -> str | None:
+    """The installed version of ``vector-quantize-pytorch``, or None when it is missing."""
+    try:
+        import vector_quantize_pytorch  # noqa: F401
+    except ImportError:
+        return None
+    return importlib.metadata.version(PEER)
+
+
+class VQAutoencoder(nn.Module):
+    """MLP encoder -> ``quantizer`` on ``slots`` vectors of length ``dim`` -> MLP decoder.
+
+    ``quantizer`` is any module with ``forward(z) -> (quantized, indices, loss)`` for ``z``
+    (batch, slots, dim). ``forward(x)`` returns ``(reconstruction, indices, loss_vq)``.
+    """
+
+    def __init__(self, n_features: int, quantizer: nn.Module, *, slots: int, dim: int,
+                 hidden: int) -> None:
+        super().__init__()
+        self.slots, self.dim = slots, dim
+        self.encoder = nn.Sequential(nn.Linear(n_features, hidden), nn.ReLU(),
+                                     nn.Linear(hidden, slots * dim))
+        self.decoder = nn.Sequential(nn.Linear(slots * dim, hidden), nn.ReLU(),
+                                     nn.Linear(hidden, n_features))
+        self.quantizer = quantizer
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        z = self.encoder(x).reshape(-1, self.slots, self.dim)  # (b, slots, dim)
+        q, indices, loss = self.quantizer(z)
+        x_rec = self.decoder(q.reshape(-1, self.slots * self.dim))  # (b, n_features)
+        return x_rec, indices, loss.sum()
+
+
+def _quantizer(method: str, cfg: dict[str, Any], seed: int) -> nn.Module:
+    """The quantiser of ``method`` with the run's codebook size and commitment weight."""
+    k, dim, beta = cfg["codebook_size"], cfg["dim"], cfg["commitment_weight"]
+    if method == "rbfkmeans":
+        return VectorQuantizer(dim, k, temperature=cfg["T_start"], commitment_weight=beta,
+                               dead_code_steps=cfg["dead_code_steps"], seed=seed)
+    if method == "rbfkmeans-kmeans":
+        return VectorQuantizer(dim, k, update="kmeans", decay=cfg["kmeans_decay"],
+                               commitment_weight=beta, dead_code_steps=cfg["dead_code_steps"],
+                               seed=seed)
+    if method == PEER:
+        from vector_quantize_pytorch import VectorQuantize
+
+        return VectorQuantize(dim=dim, codebook_size=k, commitment_weight=beta,
+                              decay=cfg["peer_decay"], kmeans_init=True,
+                              threshold_ema_dead_code=cfg["peer_dead_code_threshold"])
+    raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}; got {method!r}")
+
+
+def _schedule(method: str, cfg: dict[str, Any]) -> Callable[[nn.Module, int], None] | None:
+    """The per-step temperature of ``rbfkmeans``: ``T_start (1 - step / steps)``."""
+    if method != "rbfkmeans":
+        return None
+
+    def anneal(quantizer: nn.Module, step: int) -> None:
+        assert isinstance(quantizer, VectorQuantizer)
+        quantizer.temperature = cfg["T_start"] * (1.0 - step / cfg["steps"])
+
+    return anneal
+
+
+def train(method: str, cfg: dict[str, Any], X_train: Tensor, seed: int,
+          progress: bool = False) -> tuple[VQAutoencoder, float]:
+    """Train the autoencoder with ``method``'s quantiser; returns it (in eval mode) and the
+    training time in seconds. The networks' start and the batches depend on ``seed`` only."""
+    from tqdm.auto import tqdm
+
+    torch.manual_seed(seed)  # the same encoder and decoder for every method
+    model = VQAutoencoder(X_train.shape[1], nn.Identity(), slots=cfg["slots"], dim=cfg["dim"],
+                          hidden=cfg["hidden"])
+    torch.manual_seed(seed + 1)  # the peer draws its codebook from the global generator
+    model.quantizer = _quantizer(method, cfg, seed)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
+    anneal = _schedule(method, cfg)
+    batches = torch.Generator().manual_seed(seed)
+    model.train()
+    start = time.perf_counter()
+    for step in tqdm(range(cfg["steps"]), desc=f"{method} seed {seed}", disable=not progress,
+                     leave=False):
+        if anneal is not None:
+            anneal(model.quantizer, step)
+        xb = X_train[torch.randint(X_train.shape[0], (cfg["batch_size"],), generator=batches)]
+        x_rec, _, loss_vq = model(xb)
+        loss = (x_rec - xb).square().mean() + loss_vq
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    seconds = time.perf_counter() - start
+    return model.eval(), seconds
+
+
+@torch.no_grad()
+def evaluate(model: VQAutoencoder, X_train: Tensor, X_test: Tensor,
+             k: int) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    """Held-out MSE, usage and perplexity, dead codes over the training set; the held-out code
+    counts (k,) and reconstructions (n_test, n_features)."""
+    X_rec, test_idx, _ = model(X_test)
+    _, train_idx, _ = model(X_train)
+    used_test = torch.bincount(test_idx.reshape(-1), minlength=k)  # (k,)
+    used_train = torch.bincount(train_idx.reshape(-1), minlength=k)  # (k,)
+    metrics = {
+        "mse": float((X_rec - X_test).square().mean()),
+        "usage": float((used_test > 0).double().mean()),
+        "perplexity": float(code_perplexity(used_test)),
+        "dead_codes": int((used_train == 0).sum()),
+    }
+    return metrics, used_test.numpy(), X_rec.numpy()
+
+
+def summarize(per_seed: Sequence[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Mean and std (ddof=1 when there are several seeds) of each metric over the seeds."""
+    out: dict[str, dict[str, float]] = {"mean": {}, "std": {}}
+    for metric in METRICS:
+        v = np.array([r[metric] for r in per_seed], dtype=np.float64)
+        out["mean"][metric] = float(v.mean())
+        out["std"][metric] = float(v.std(ddof=1)) if v.size > 1 else 0.0
+    return out
+
+
+def _seeds(seeds: int | Sequence[int]) -> list[int]:
+    if isinstance(seeds, bool):
+        raise TypeError(f"seeds must be an integer or a list of integers; got {seeds!r}")
+    if isinstance(seeds, int | np.integer):
+        if seeds < 1:
+            raise ValueError(f"seeds must be an integer >= 1; got {seeds!r}")
+        return list(range(int(seeds)))
+    out = [int(s) for s in seeds]
+    if not out:
+        raise ValueError("seeds must name at least one seed; got an empty list")
+    return out
+
+
+def _targets(methods: dict[str, Any]) -> dict[str, Any]:
+    """The run's verdict on the targets: ``rbfkmeans`` uses >= 95% of its codes on held-out
+    digits (every seed), and its mean held-out MSE is at or below the peer's."""
+    ours = methods["rbfkmeans"]
+    usage = [r["usage"] for r in ours["per_seed"]]
+    out: dict[str, Any] = {"usage_at_least_0.95": bool(min(usage) >= 0.95),
+                           "min_usage": float(min(usage))}
+    if "per_seed" in methods.get(PEER, {}):
+        ours_mse, peer_mse = ours["mean"]["mse"], methods[PEER]["mean"]["mse"]
+        out.update(mse_at_or_below_peer=bool(ours_mse <= peer_mse),
+                   mse_ratio_to_peer=ours_mse / peer_mse)
+    else:
+        out["mse_at_or_below_peer"] = None
+    return out
+
+
+def run_vq(
+    out: str | Path,
+    dataset: str = "digits",
+    seeds: int | Sequence[int] = 3,
+    *,
+    quick: bool = False,
+    peer: bool = True,
+    progress: bool = True,
+    figure: bool = True,
+    **overrides: Any,
+) -> dict[str, Any]:
+    """Run the experiment (module docstring) into the folder ``out``; returns the results (also
+    written to ``out/results.json``). ``peer=False`` leaves the peer out even when installed;
+    ``overrides`` replace entries of :data:`DEFAULTS`."""
+    if dataset != "digits":
+        raise ValueError(f"dataset must be 'digits'; got {dataset!r}")
+    cfg = default_config(quick, **overrides)
+    seed_list = _seeds(seeds)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    X_train, X_test = load_digits_split(cfg["test_size"])
+    version = peer_version() if peer else None
+    methods: dict[str, Any] = {}
+    wall = time.perf_counter()
+    ran = [m for m in METHODS if m != PEER or version is not None]
+    if version is None:
+        methods[PEER] = {"skipped": "left out (--no-peer)" if not peer else
+                         "vector-quantize-pytorch is not installed; pip install "
+                         "vector-quantize-pytorch to add this column"}
+    per_seed: dict[str, list[dict[str, Any]]] = {m: [] for m in ran}
+    for seed in seed_list:  # methods interleaved: a busy spell of the machine hits them alike
+        for method in ran:
+            model, seconds = train(method, cfg, X_train, seed, progress)
+            metrics, used, X_rec = evaluate(model, X_train, X_test, cfg["codebook_size"])
+            per_seed[method].append({**metrics, "time_s": seconds, "seed": seed})
+            if seed == seed_list[0]:  # the figures show the first seed
+                methods[method] = {"code_counts": used.tolist(),
+                                   "reconstructions": np.round(X_rec[: cfg["n_show"]],
+                                                               4).tolist()}
+    for method in ran:
+        methods[method] = {"per_seed": per_seed[method], **summarize(per_seed[method]),
+                           **methods[method]}
+    methods = {m: methods[m] for m in METHODS}
+    results = {
+        "dataset": dataset,
+        "n_train": int(X_train.shape[0]),
+        "n_test": int(X_test.shape[0]),
+        "seeds": seed_list,
+        "config": cfg,
+        "methods": methods,
+        "originals": np.round(X_test[: cfg["n_show"]].numpy(), 4).tolist(),
+        "targets": _targets(methods),
+        "environment": {"torch": torch.__version__, PEER: version,
+                        "threads": torch.get_num_threads(),
+                        "python": platform.python_version(), "machine": platform.machine()},
+        "runtime_s": time.perf_counter() - wall,
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    if figure:
+        from .plots import plot_code_usage, plot_reconstructions
+
+        plot_reconstructions(out / "results.json", out / "reconstructions.png")
+        plot_code_usage(out / "results.json", out / "code_usage.png")
+    return results
