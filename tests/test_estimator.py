@@ -207,7 +207,7 @@ def test_hard_string_init_runs_sklearn_lloyd_from_its_seeds(init: str, monkeypat
 def test_gradient_solver_follows_lloyd_solver(assignment: str) -> None:
     """autograd on F_T with eta_j = 1/(2 N_j) is the soft-Lloyd map: the same trajectory."""
     X = blobs(120, k=4, d=3, std=1.5, seed=4)
-    a = RBFKMeans(4, assignment=assignment, random_state=0).fit(X)
+    a = RBFKMeans(4, assignment=assignment, schedule="geometric", random_state=0).fit(X)
     b = RBFKMeans(4, assignment=assignment, random_state=0, solver="gradient").fit(X)
     # The ladders agree; where a point's largest membership sits within rounding of the one-hot
     # test, one solver may stop a temperature later than the other, so compare the common part.
@@ -382,6 +382,8 @@ BAD_PARAMS: dict[str, Any] = {
     "n_clusters": 0,
     "assignment": "gumbel",
     "metric": "manhattan",
+    "schedule": "linear",
+    "subsample": 0,
     "init": "kmeans",
     "n_init": 0,
     "max_iter": 0,
@@ -552,15 +554,21 @@ def cov_eigmax(X: np.ndarray) -> float:
 @pytest.mark.parametrize(("assignment", "factor"),
                          [("softmax", 1.0), ("entmax15", 2.0), ("sparsemax", 4.0)])
 def test_temperature_ladder(assignment: str, factor: float) -> None:
-    est = fitted(assignment)
+    est = RBFKMeans(4, assignment=assignment, schedule="geometric", random_state=0).fit(X0)
     Tc = factor * cov_eigmax(X0)  # 1, sqrt(k), k times lambda_max for k = 4
     assert est.critical_temperature_ == pytest.approx(Tc, rel=1e-9)
     T = est.temperatures_
     assert T[0] == pytest.approx(1.2 * Tc, rel=1e-9)
     assert (np.diff(T) < 0).all()
-    np.testing.assert_allclose(T[1:] / T[:-1], est.cooling, rtol=1e-12)
+    np.testing.assert_allclose(T[1:] / T[:-1], 0.85, rtol=1e-12)
     assert est.temperature_ == T[-1]
-    custom = RBFKMeans(4, assignment=assignment, T_start=5.0, cooling=0.5,
+    # the event-driven ladder: just below T_c, then steps between jump (0.5) and cooling (0.7)
+    ev = fitted(assignment)
+    assert ev.critical_temperature_ == pytest.approx(Tc, rel=1e-9)
+    assert ev.temperatures_[0] == pytest.approx(0.8 * Tc, rel=1e-9)
+    ratios = ev.temperatures_[1:] / ev.temperatures_[:-1]
+    assert ((ratios >= 0.5 - 1e-12) & (ratios <= 0.7 + 1e-12)).all()
+    custom = RBFKMeans(4, assignment=assignment, schedule="geometric", T_start=5.0, cooling=0.5,
                        random_state=0).fit(X0)
     assert custom.temperatures_[0] == 5.0
     np.testing.assert_allclose(custom.temperatures_[1:] / custom.temperatures_[:-1], 0.5)

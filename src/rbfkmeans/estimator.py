@@ -48,7 +48,7 @@ from ._parameters import (
     torch_dtype,
 )
 from ._validation import check_temperature
-from .annealing import AnnealStep, anneal
+from .annealing import AnnealResult, AnnealStep, anneal
 from .assignments import get_assignment
 from .comm import Comm
 from .distances import sq_distances
@@ -66,6 +66,7 @@ from .schedules import (
     sphere_spread,
 )
 from .seeding import initial_centers
+from .splits import anneal_splits
 from .streaming import MiniBatchKMeans, agree_on_batch, array_batches, batch_data, macqueen_updates
 from .swaps import SwapResult, swap_search
 
@@ -108,21 +109,35 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
         Relative tolerance, in units of the mean feature variance, on the squared centroid shift:
         the stopping rule of the iterations at each temperature (and of plain Lloyd, as in
         scikit-learn). The final polish runs until the labels no longer change.
+    schedule : {"splits", "geometric"}, default "splits"
+        The annealing ladder. ``"splits"`` (:func:`rbfkmeans.splits.anneal_splits`) carries the
+        coincident centroids as groups with multiplicities, jumps from one predicted split
+        temperature to the next, accelerates each fixed point (SQUAREM) and anneals on a growing
+        subsample (``subsample`` rows per group); it is exact for softmax, entmax15 and
+        sparsemax and much cheaper than ``"geometric"`` (:func:`rbfkmeans.annealing.anneal`):
+        every centroid through every temperature of ``T_start, T_start cooling, ...``. The
+        gradient solver and the cosine metric run the geometric ladder.
+    subsample : int or None, default 64
+        ``"splits"``: rows per group of centroids used while annealing, 4096 at least (all rows
+        when the data has fewer, and then integer weights equal repeated rows exactly); ``None``
+        anneals on all rows. The hard polish and the swap search always use all rows.
     T_start : float, optional
-        First temperature; default ``1.2 T_c`` with ``T_c`` the first critical temperature
-        (``lambda_max(Cov X)`` for softmax, ``sqrt(k) lambda_max`` for entmax15,
-        ``k lambda_max`` for sparsemax; see :mod:`rbfkmeans.schedules`).
+        First temperature; default ``1.2 T_c`` (geometric) or ``0.8 T_c`` (splits), with ``T_c``
+        the first critical temperature (``lambda_max(Cov X)`` for softmax,
+        ``sqrt(k) lambda_max`` for entmax15, ``k lambda_max`` for sparsemax; see
+        :mod:`rbfkmeans.schedules`).
     T_end : float, optional
         Coldest temperature of the ladder; default ``1e-6 T_c``. The ladder usually stops earlier,
         as soon as every membership is one-hot.
-    cooling : float, default 0.85
-        Ratio between consecutive temperatures. Faster cooling (0.8 with 20 iterations per
-        temperature) does about half the work. On 16 sets of 8 overlapping blobs (30 points
-        each), inertia / ``KMeans(n_init=10)`` was at most 1.0025 with the defaults and 1.025
-        with 0.8 / 20 (without the swap search: 1.108 and 1.048); on the china pixels and digits
-        0.8 / 20 with swaps was as good as the defaults in the seeds tried.
-    max_iter_per_temperature : int, default 50
-        Soft-Lloyd iterations at one temperature at most.
+    cooling : float, optional
+        Ratio between consecutive temperatures: default 0.85 (geometric), or the largest ratio
+        between events, 0.7 (splits). For the geometric ladder, faster cooling (0.8 with 20
+        iterations per temperature) does about half the work; on 16 sets of 8 overlapping blobs
+        (30 points each), inertia / ``KMeans(n_init=10)`` was at most 1.0025 with 0.85 / 50 and
+        1.025 with 0.8 / 20 (without the swap search: 1.108 and 1.048).
+    max_iter_per_temperature : int, optional
+        Soft-Lloyd iterations at one temperature at most: default 50 (geometric), 15 (splits,
+        whose fixed points stop at ``10 tol``; each accelerated).
     stop_gap : float, default 1e-4
         The ladder stops at the first temperature where every membership is one-hot or the
         relaxation gap ``(J - F_T) / J`` is at most ``stop_gap``; the hard polish follows.
@@ -130,13 +145,14 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
         Temperature of ``predict_proba`` and ``to_layer`` (default: the last one of the fit).
     perturbation : float, default 1e-4
         Symmetric-breaking noise added before each temperature, relative to ``sqrt(lambda_max)``.
-    max_swaps : int, default 10
-        After the hard polish of an annealed fit, at most this many swaps
-        (:func:`rbfkmeans.swaps.swap_search`): a centroid whose removal costs little is moved
-        to split the cluster whose split gains most, Lloyd runs from there, and the move is kept
-        only if ``J`` drops. It repairs a misallocation of centroids between regions that the
-        order of the splits can leave and no Lloyd step undoes. ``0`` turns it off. Not used
-        with ``assignment="hard"`` (plain Lloyd, as scikit-learn).
+    max_swaps : int, default 30
+        After the hard polish of an annealed fit, at most this many centroids moved by swaps
+        (:func:`rbfkmeans.swaps.swap_search`): centroids whose removal costs little are moved
+        to split the clusters whose split gains most (up to 5 at once, fewer as trials fail),
+        Lloyd runs from there (to ``tol``), and the move is kept only if ``J`` drops; the kept
+        result is polished until its labels settle. It repairs a misallocation of centroids
+        between regions that the order of the splits can leave and no Lloyd step undoes. ``0``
+        turns it off. Not used with ``assignment="hard"`` (plain Lloyd, as scikit-learn).
     solver : {"lloyd", "gradient"}, default "lloyd"
         ``"gradient"`` optimises the centroids of a :class:`KMeansLayer` with autograd on ``F_T``:
         with ``optimizer=None`` by the per-cluster step ``eta_j = 1/(2 N_j)`` (identical to
@@ -186,18 +202,20 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
         *,
         assignment: str = "entmax15",
         metric: str = "sqeuclidean",
+        schedule: str = "splits",
+        subsample: int | None = 64,
         init: Any = "auto",
         n_init: int | str = "auto",
         max_iter: int = 300,
         tol: float = 1e-4,
         T_start: float | None = None,
         T_end: float | None = None,
-        cooling: float = 0.85,
-        max_iter_per_temperature: int = 50,
+        cooling: float | None = None,
+        max_iter_per_temperature: int | None = None,
         stop_gap: float = 1e-4,
         temperature: float | None = None,
         perturbation: float = 1e-4,
-        max_swaps: int = 10,
+        max_swaps: int = 30,
         solver: str = "lloyd",
         optimizer: Callable[..., torch.optim.Optimizer] | None = None,
         chunk_size: int | None = None,
@@ -209,6 +227,8 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
         self.n_clusters = n_clusters
         self.assignment = assignment
         self.metric = metric
+        self.schedule = schedule
+        self.subsample = subsample
         self.init = init
         self.n_init = n_init
         self.max_iter = max_iter
@@ -368,7 +388,36 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
         T_end = self.T_end if self.T_end is not None else 1e-6 * Tc
         if T_start <= 0 or T_end <= 0:  # constant data: nothing to anneal
             return np.array([])
-        return geometric_schedule(T_start, min(T_end, T_start), self.cooling)
+        cooling = 0.85 if self.cooling is None else self.cooling
+        return geometric_schedule(T_start, min(T_end, T_start), cooling)
+
+    def _splits(self, data: Data) -> bool:
+        """Whether this fit runs the event-driven ladder."""
+        return (self.schedule == "splits" and self.solver == "lloyd"
+                and data.metric.name == "sqeuclidean")
+
+    def _anneal(self, data: Data, C: Tensor, abs_tol: float, lam: float, gen: torch.Generator,
+                tick: Callable[[float, int], None] | None) -> AnnealResult:
+        if self._splits(data):
+            return anneal_splits(
+                data, self.n_clusters, self.assignment,
+                T_start=self.T_start if self.T_start is not None
+                else 0.8 * self.critical_temperature_ or None,
+                cooling=0.7 if self.cooling is None else self.cooling,
+                max_iter=self.max_iter_per_temperature or 15, tol=10.0 * abs_tol,
+                stop_gap=float(self.stop_gap), points_per_group=self.subsample, generator=gen,
+                progress=tick,
+            )
+        step: AnnealStep | None = None
+        max_iter = self.max_iter_per_temperature or 50
+        if self.solver == "gradient":
+            step = GradientStep(self.assignment, C, optimizer=self.optimizer, max_iter=max_iter,
+                                tol=abs_tol)
+        return anneal(
+            data, C, self._ladder(), self.assignment, step=step, max_iter=max_iter,
+            tol=abs_tol, perturbation=float(self.perturbation) * math.sqrt(max(lam, 0.0)),
+            generator=gen, stop_gap=float(self.stop_gap), progress=tick,
+        )
 
     def _fit_one(self, data: Data, seed: int, abs_tol: float, lam: float,
                  run: int) -> dict[str, Any]:
@@ -379,18 +428,9 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
         n_soft_iter = 0
         show = bool(self.verbose) and data.comm.rank == 0
         if not self._hard:
-            ladder = self._ladder()
-            bar = _progress(show, len(ladder), f"anneal (run {run + 1})")
-            step: AnnealStep | None = None
-            if self.solver == "gradient":
-                step = GradientStep(self.assignment, C, optimizer=self.optimizer,
-                                    max_iter=self.max_iter_per_temperature, tol=abs_tol)
-            res = anneal(
-                data, C, ladder, self.assignment, step=step,
-                max_iter=self.max_iter_per_temperature, tol=abs_tol,
-                perturbation=float(self.perturbation) * math.sqrt(max(lam, 0.0)),
-                generator=gen, stop_gap=float(self.stop_gap), progress=_ticker(bar),
-            )
+            total = None if self._splits(data) else len(self._ladder())
+            bar = _progress(show, total, f"anneal (run {run + 1})")
+            res = self._anneal(data, C, abs_tol, lam, gen, _ticker(bar))
             if bar is not None:
                 bar.close()
             C, temps, n_soft_iter = res.C, res.temperatures, res.n_iter
@@ -410,7 +450,7 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
         final: LloydResult | SwapResult = hard
         if not self._hard and self.max_swaps > 0:
             final = swap_search(data, hard, max_swaps=self.max_swaps, max_iter=self.max_iter,
-                                generator=gen)
+                                tol=abs_tol, max_moves=5, generator=gen)
             n_hard_iter += final.n_iter
             n_swaps = final.n_swaps
         if not final.converged and not self._hard and data.comm.rank == 0:
@@ -728,7 +768,7 @@ def _np(t: Tensor) -> np.ndarray:
     return t.detach().cpu().numpy()
 
 
-def _progress(show: bool, total: int, desc: str) -> Any:
+def _progress(show: bool, total: int | None, desc: str) -> Any:
     if not show:
         return None
     from tqdm.auto import tqdm

@@ -124,6 +124,25 @@ def swap_costs(
     return scale * removal, scale * gain, halves.to(data.X.dtype)
 
 
+def _simultaneous_moves(C: Tensor, removal: Tensor, gain: Tensor, m: int) -> list[tuple[int, int]]:
+    """Up to ``m`` pairs (removed centroid, split cluster): removals by increasing cost, none the
+    nearest neighbour of an earlier one; splits by decreasing positive gain; all distinct."""
+    d2 = torch.cdist(C.double(), C.double()).fill_diagonal_(float("inf"))
+    neighbour = d2.argmin(dim=1).tolist()
+    split = [j for j in gain.argsort(descending=True).tolist() if float(gain[j]) > 0][: 2 * m]
+    removed: list[int] = []
+    frozen: set[int] = set()
+    for a in removal.argsort().tolist():
+        if len(removed) == m:
+            break
+        if a in frozen:
+            continue
+        removed.append(a)
+        frozen.add(neighbour[a])
+    chosen = [j for j in split if j not in removed][: len(removed)]
+    return list(zip(removed[: len(chosen)], chosen, strict=True))
+
+
 @torch.no_grad()
 def swap_search(
     data: Data,
@@ -133,6 +152,8 @@ def swap_search(
     n_candidates: int = 3,
     slack: float = 0.1,
     max_iter: int = 300,
+    tol: float = 0.0,
+    max_moves: int = 1,
     generator: torch.Generator | None = None,
 ) -> SwapResult:
     r"""Local search over Lloyd fixed points by moving one centroid at a time (module docstring).
@@ -142,21 +163,51 @@ def swap_search(
     order, each by hard Lloyd iterations (at most ``max_iter``) from the swapped centroids
     (``c_a`` and ``c_j`` become the means of ``j``'s halves); the first whose Lloyd fixed point
     has a lower ``J`` is kept and the search starts again from it. Stops after a round with no
-    improvement or after ``max_swaps`` kept swaps. ``J`` never increases and the result is a
-    Lloyd fixed point.
+    improvement or after ``max_swaps`` kept swaps. With ``tol > 0`` the trials stop once the
+    centroids move by at most ``tol`` (squared, as :func:`rbfkmeans.lloyd.lloyd`) and the kept
+    result is polished until its labels settle. ``J`` never increases and the result is a Lloyd
+    fixed point.
+
+    With ``max_moves = M > 1`` the search first moves several centroids at once: the ``M``
+    cheapest removals (never two neighbouring centroids: the nearest neighbour of a removed
+    centroid is kept) together with the ``M`` largest split gains, tried by one Lloyd run; kept if
+    ``J`` drops (the same ``M`` is tried again), else ``M`` decreases by one, down to the single
+    swaps above (the depth schedule of breathing k-means, Fritzke 2020). Each moved centroid
+    counts as one swap.
     """
     if not isinstance(start, LloydResult):
         raise TypeError(f"start must be a LloydResult; got {type(start).__name__}")
     if isinstance(max_swaps, bool) or not isinstance(max_swaps, int) or max_swaps < 0:
         raise ValueError(f"max_swaps must be an integer >= 0; got {max_swaps!r}")
     n_candidates = check_positive_int(n_candidates, "n_candidates")
+    depth = check_positive_int(max_moves, "max_moves")
     if not (isinstance(slack, int | float) and slack >= 0):
         raise ValueError(f"slack must be a number >= 0; got {slack!r}")
     best = start
     n_iter = n_swaps = n_trials = 0
     k = start.C.shape[0]
+    costs: tuple[Tensor, Tensor, Tensor] | None = None
     while n_swaps < max_swaps and k >= 2 and best.inertia > 0:
-        removal, gain, halves = swap_costs(data, best.C, best.labels, generator=generator)
+        if costs is None:
+            costs = swap_costs(data, best.C, best.labels, generator=generator)
+        removal, gain, halves = costs
+        if depth > 1:
+            moves = _simultaneous_moves(best.C, removal, gain, min(depth, max_swaps - n_swaps))
+            if len(moves) < 2:
+                depth = 1
+                continue
+            C = best.C.clone()
+            for a, j in moves:
+                C[a], C[j] = halves[j, 0], halves[j, 1]
+            trial = lloyd(data, C, max_iter=max_iter, tol=tol)
+            n_iter += trial.n_iter
+            n_trials += 1
+            if trial.inertia < best.inertia * (1.0 - 1e-12):
+                best, costs = trial, None
+                n_swaps += len(moves)
+            else:
+                depth = len(moves) - 1
+            continue
         top = min(k, n_candidates + 1)
         cheap = removal.argsort()[:top].tolist()
         g = gain.tolist()
@@ -168,14 +219,18 @@ def swap_search(
         for _, a, j in pairs:
             C = best.C.clone()
             C[a], C[j] = halves[j, 0], halves[j, 1]
-            trial = lloyd(data, C, max_iter=max_iter)
+            trial = lloyd(data, C, max_iter=max_iter, tol=tol)
             n_iter += trial.n_iter
             n_trials += 1
             if trial.inertia < best.inertia * (1.0 - 1e-12):
-                best, improved = trial, True
+                best, improved, costs = trial, True, None
                 n_swaps += 1
                 break
         if not improved:
             break
+    if tol > 0 and n_swaps:  # the trials stopped on the tolerance: settle the labels
+        polished = lloyd(data, best.C, max_iter=max_iter)
+        n_iter += polished.n_iter
+        best = polished
     return SwapResult(best.C, best.labels, best.inertia, n_iter, n_swaps, n_trials,
                       best.converged)

@@ -163,7 +163,8 @@ def run_deep_cluster(
     t_all, cpu_all = time.perf_counter(), time.process_time()
     for seed in tqdm(seed_list, desc=f"deep-cluster {dataset}", disable=not progress):
         t0 = time.perf_counter()
-        raw = RBFKMeans(k, assignment=cfg["assignment"], random_state=seed).fit(X).labels_
+        raw = RBFKMeans(k, assignment=cfg["assignment"], schedule="geometric",
+                        random_state=seed).fit(X).labels_
         t1 = time.perf_counter()
         dc = _clusterer(cfg, X.shape[1], k, seed, progress)
         dc.pretrain(X)

@@ -124,11 +124,13 @@ def epoch_temperatures(T_start: float, T_end: float, epochs: int) -> np.ndarray:
 def init_centroids(
     Z: np.ndarray, n_clusters: int, assignment: str = "softmax", random_state: int | None = 0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Centroids (k, p) and labels (n,) of :class:`~rbfkmeans.RBFKMeans` (annealed, then a hard
-    Lloyd polish) fitted to embeddings ``Z`` (n, p) with the same mapping."""
+    """Centroids (k, p) and labels (n,) of :class:`~rbfkmeans.RBFKMeans` (annealed on the
+    geometric ladder, then a hard Lloyd polish and the swap search) fitted to embeddings ``Z``
+    (n, p) with the same mapping."""
     from ..estimator import RBFKMeans
 
-    est = RBFKMeans(n_clusters, assignment=assignment, random_state=random_state).fit(Z)
+    est = RBFKMeans(n_clusters, assignment=assignment, schedule="geometric",
+                    random_state=random_state).fit(Z)
     return np.asarray(est.cluster_centers_), np.asarray(est.labels_)
 
 

@@ -1,0 +1,232 @@
+r"""Coincident centroids as groups with multiplicities: the mass-constrained form of a pass.
+
+During annealing most of the ``k`` centroids coincide: above the first critical temperature all
+sit at the mean, and they part in groups as clusters split. A group ``j`` of ``m_j`` coincident
+copies at ``c_j`` gets, per point, the total membership ``q_ij = m_j p_ij`` of its copies, where
+``p`` is the mapping of the ``k`` copies' scores. Written with the ``g`` distinct centroids only,
+with scores ``z_ij = -d_ij / 2T`` and ``a_j = 1/2`` (entmax-1.5) or ``1`` (sparsemax):
+
+.. math::
+
+    \text{softmax:}\quad q_{ij} = \frac{m_j e^{z_{ij}}}{\sum_l m_l e^{z_{il}}}
+        = \operatorname{softmax}(z_i + \log m)_j, \qquad
+    \text{entmax-1.5:}\quad q_{ij} = m_j [z_{ij}/2 - \tau_i]_+^2, \qquad
+    \text{sparsemax:}\quad q_{ij} = m_j [z_{ij} - \tau_i]_+,
+
+with the threshold ``tau_i`` solving ``sum_j m_j [a z_ij - tau_i]_+^(1/a) = 1`` (the threshold
+equation of the ``k`` copies, each group counted ``m_j`` times). The relaxed objective is that of
+the copies too: with gaps ``g_ij = (d_ij - min_l d_il) / 2T``,
+``F_T,i = min_l d_il + 2T (sum_j q_ij g_ij - H_i)``, ``H_i`` the copies' entropy
+``-sum_j q_ij log(q_ij / m_j)`` (Shannon), ``(4/3)(1 - sum_j q_ij^{3/2} m_j^{-1/2})`` (Tsallis-1.5),
+``(1/2)(1 - sum_j q_ij^2 / m_j)`` (Gini). So a pass costs ``O(n g d)`` instead of ``O(n k d)``,
+and gives exactly the statistics of the ``k`` copies (``N_j``, ``S_j`` of a group are the sums of
+its copies').
+
+**When a group splits.** Linearise the soft-Lloyd map ``c <- m(c)`` of the copies of group ``j``
+around their common position, for a perturbation ``e_a`` of copy ``a`` with ``sum_a e_a = 0``
+(which leaves the group's mass unchanged). The mapping's Jacobian acts on such a perturbation as
+the scalar ``gamma_ij``: ``p_ij = q_ij / m_j`` (softmax), ``sqrt(q_ij / m_j)`` (entmax-1.5),
+``1[q_ij > 0]`` (sparsemax). With ``dz_ij = (x_i - c_j).e / T``, the copies' centroids move by
+``e <- A_j e / T`` with the gain matrix
+
+.. math::
+
+    A_j = \frac{m_j}{N_j} \sum_i w_i \gamma_{ij} (x_i - c_j)(x_i - c_j)^\top ,
+
+so the group splits below its own critical temperature ``T_j = lambda_max(A_j)`` (0 for a group of
+one), along the top eigenvector of ``A_j``. For softmax ``A_j`` is the group's posterior
+covariance (Rose 1998, in this project's convention); for a single group of ``k`` copies at the
+mean this is ``T_c = lambda_max``, ``sqrt(k) lambda_max`` and ``k lambda_max``
+(:mod:`rbfkmeans.schedules`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ._validation import check_temperature
+from .assignments import Assignment, get_assignment
+from .distances import row_norms_sq
+from .passes import Data
+
+__all__ = ["GroupStats", "group_memberships", "group_stats"]
+
+
+def _check_multiplicities(m: Tensor, g: int) -> Tensor:
+    if not isinstance(m, Tensor) or m.shape != (g,):
+        raise ValueError(f"multiplicities must be a tensor of shape ({g},); got "
+                         f"{tuple(getattr(m, 'shape', ()))}")
+    if bool((m < 1).any()) or bool((m != m.round()).any()):
+        raise ValueError(f"multiplicities must be integers >= 1; got {m.tolist()}")
+    return m
+
+
+#: up to this many groups a sparse mapping's threshold is solved on the groups themselves (all
+#: pairs of entries); beyond, the scores are expanded to the ``k`` copies for the in-place kernel
+_PAIRWISE_GROUPS = 4
+
+
+def _threshold_memberships(Z: Tensor, m: Tensor, a: float, power: int) -> Tensor:
+    """``q_ij = m_j [t_i - y_ij]_+^power`` with ``y = a (max_l z_il - z_ij)`` and ``t_i`` solving
+    ``sum_j m_j [t_i - y_ij]_+^power = 1`` (power 2: entmax-1.5, 1: sparsemax), in float64: the
+    mass at ``t = y_j`` is ``f_j = sum_i m_i [y_j - y_i]_+^power`` (nondecreasing in ``y_j``),
+    the support is ``{j : f_j < 1}``, and its sums give ``t`` in closed form."""
+    md = m.double()
+    Y_all = a * (Z.amax(dim=1, keepdim=True) - Z)  # (b, g) >= 0
+    # only gaps below 1 can be in the support (t <= 1); a row with one such entry is one-hot
+    cand = (Y_all < 1.0).sum(dim=1)  # (b,)
+    Q = torch.zeros_like(Z)
+    Q.scatter_(1, Y_all.argmin(dim=1, keepdim=True), 1.0)
+    rows = (cand > 1).nonzero().squeeze(1)
+    if rows.numel() == 0:
+        return Q
+    Y = Y_all[rows].double()  # (r, g)
+    gaps = (Y.unsqueeze(2) - Y.unsqueeze(1)).clamp_(min=0.0)  # (r, g, g): y_j - y_i
+    f = (gaps.pow_(power) * md).sum(dim=2)  # (r, g)
+    supp = (f < 1.0).to(Y.dtype) * md  # (r, g) multiplicity of each support member
+    M = supp.sum(dim=1, keepdim=True)
+    S1 = (supp * Y).sum(dim=1, keepdim=True)
+    if power == 1:
+        t = (1.0 + S1) / M
+    else:
+        S2 = (supp * Y.square()).sum(dim=1, keepdim=True)
+        t = (S1 + (S1.square() - M * (S2 - 1.0)).clamp(min=0.0).sqrt()) / M
+    Qr = md * (t - Y).clamp(min=0.0).pow(power)
+    Q[rows] = (Qr / Qr.sum(dim=1, keepdim=True)).to(Z.dtype)  # rounding only: rows sum to one
+    return Q
+
+
+def group_memberships(Z: Tensor, m: Tensor, assignment: str | Assignment) -> Tensor:
+    """Group memberships ``Q`` (b, g) (module docstring) from scores ``Z`` (b, g), any per-row
+    shift of ``-D / 2T``, and integer multiplicities ``m`` (g,). ``Z`` is not modified."""
+    entry = get_assignment(assignment)
+    m = _check_multiplicities(m, Z.shape[1])
+    g = Z.shape[1]
+    if entry.hard:
+        return torch.nn.functional.one_hot(Z.argmax(dim=1), g).to(Z.dtype)
+    if entry.name == "softmax":
+        return torch.softmax(Z + m.to(Z.dtype).log(), dim=1)
+    if g <= _PAIRWISE_GROUPS:
+        entmax = entry.name == "entmax15"
+        return _threshold_memberships(Z, m, 0.5 if entmax else 1.0, 2 if entmax else 1)
+    assert entry.inplace is not None
+    if bool((m == 1).all()):
+        return entry.inplace(Z.contiguous().clone())
+    copy_of = torch.repeat_interleave(torch.arange(g, device=Z.device), m)  # (k,) its group
+    R = entry.inplace(Z.index_select(1, copy_of))  # (b, k): the copies' memberships
+    return torch.zeros_like(Z).index_add_(1, copy_of, R)
+
+
+def _group_entropy(Q: Tensor, m: Tensor, name: str) -> Tensor:
+    """The copies' entropy per row (module docstring)."""
+    md = m.to(Q.dtype)
+    if name == "softmax":
+        return -(torch.special.xlogy(Q, Q) - Q * md.log()).sum(dim=1)
+    if name == "entmax15":
+        Qp = Q.clamp(min=0)
+        return (4.0 / 3.0) * (1.0 - (Qp * Qp.sqrt() / md.sqrt()).sum(dim=1))
+    if name == "sparsemax":
+        return 0.5 * (1.0 - (Q.square() / md).sum(dim=1))
+    return Q.new_zeros(Q.shape[0])
+
+
+@dataclass
+class GroupStats:
+    """Statistics of one group pass (summed over ranks): ``N`` (g,), ``S`` (g, d), the relaxed
+    objective ``F_T`` and ``J`` of the copies, the soft-point weight, ``V`` (g,) the weighted
+    squared distances of each group's nearest points to it, and (when asked) the critical
+    temperature ``T_crit`` (g,) and top eigenvector ``axis`` (g, d) of each group's gain
+    matrix."""
+
+    N: Tensor
+    S: Tensor
+    objective: float
+    inertia: float
+    n_soft: float
+    V: Tensor
+    T_crit: Tensor | None = None
+    axis: Tensor | None = None
+
+
+@torch.no_grad()
+def group_stats(
+    data: Data,
+    C: Tensor,
+    m: Tensor,
+    T: float,
+    assignment: str | Assignment,
+    *,
+    objective: bool = True,
+    critical: bool = False,
+    hard_tol: float = 1e-7,
+) -> GroupStats:
+    """One chunked pass over ``data`` with the ``g`` distinct centroids ``C`` (g, d) of
+    multiplicities ``m`` (g,) at ``T > 0`` (module docstring). ``critical=True`` also
+    accumulates the gain matrices ``A_j`` (float64) and returns each group's critical
+    temperature and principal axis."""
+    entry = get_assignment(assignment)
+    T = check_temperature(T)
+    if T == 0 or entry.hard:
+        raise ValueError(f"group passes need T > 0 and a soft assignment; got T={T!r}, "
+                         f"assignment={entry.name!r}")
+    C = data.check_centroids(C)
+    g, d = C.shape
+    m = _check_multiplicities(m.to(C.device), g)
+    dev, dt = data.X.device, data.X.dtype
+    C_sq = row_norms_sq(C)
+    N = torch.zeros(g, dtype=dt, device=dev)
+    S = torch.zeros(g, d, dtype=dt, device=dev)
+    V = torch.zeros(g, dtype=torch.float64, device=dev)
+    acc = torch.zeros(3, dtype=torch.float64, device=dev)  # F_T, J, soft weight
+    split = (m > 1).nonzero().squeeze(1) if critical else None  # the groups that can split
+    A = torch.zeros(len(split), d, d, dtype=torch.float64, device=dev) \
+        if split is not None else None
+    for s in data.chunks(g):
+        Xc = data.X[s]  # (b, d)
+        w = data.weight(s)
+        Z = torch.addmm(C_sq.unsqueeze(0), Xc, C.T, beta=-0.5 / T, alpha=1.0 / T)  # (b, g)
+        Q = group_memberships(Z, m, entry)  # (b, g)
+        Xw = Xc if w is None else Xc * w.unsqueeze(1)
+        N += Q.sum(dim=0) if w is None else w @ Q
+        S.addmm_(Q.T, Xw)
+        zmax, lab = Z.max(dim=1)
+        if objective or critical:
+            dmin = (data.X_sq[s] - 2.0 * T * zmax).clamp_(min=0.0)  # (b,)
+            wd = torch.ones_like(dmin, dtype=torch.float64) if w is None else w.double()
+            V.index_add_(0, lab, dmin.double() * wd)
+        if objective:
+            gap = zmax.unsqueeze(1) - Z  # (b, g) = (d_ij - dmin_i) / 2T
+            row = dmin + 2.0 * T * ((Q * gap).sum(dim=1) - _group_entropy(Q, m, entry.name))
+            soft = (Q.amax(dim=1) < 1.0 - hard_tol) | (m[lab] > 1)  # a group of copies is soft
+            acc += torch.stack([row.double() @ wd, dmin.double() @ wd, soft.double() @ wd])
+        if A is not None and split is not None and split.numel():
+            Qs, ms = Q[:, split], m[split].to(Q.dtype)  # (b, g'), (g',)
+            if entry.name == "softmax":
+                gamma = Qs / ms
+            elif entry.name == "entmax15":
+                gamma = (Qs / ms).clamp(min=0).sqrt()
+            else:
+                gamma = (Qs > 0).to(Q.dtype)
+            gw = gamma.double() * (1.0 if w is None else w.double().unsqueeze(1))  # (b, g')
+            Xd = Xc.double()
+            for i, j in enumerate(split.tolist()):  # one (b, d) buffer at a time
+                Y = Xd - C[j].double()  # (b, d)
+                A[i].addmm_((Y * gw[:, i : i + 1]).T, Y)  # (d, d)
+    stacked = [N, S, V, acc] + ([A] if A is not None else [])
+    data.comm.sum_(*stacked)
+    T_crit = axis = None
+    if A is not None and split is not None:
+        T_crit = torch.zeros(g, dtype=torch.float64, device=dev)
+        axis = torch.zeros(g, d, dtype=dt, device=dev)
+        if split.numel():
+            tiny = torch.finfo(torch.float64).tiny
+            scale = m[split].double() / N[split].double().clamp(min=tiny)  # m_j / N_j
+            evals, evecs = torch.linalg.eigh(A * scale.view(-1, 1, 1))  # ascending
+            T_crit[split] = evals[:, -1].clamp(min=0.0)
+            axis[split] = evecs[:, :, -1].to(dt)
+    F, J, n_soft = acc.tolist() if objective else [math.nan] * 3
+    return GroupStats(N, S, float(F), float(J), float(n_soft), V, T_crit, axis)

@@ -1,0 +1,278 @@
+r"""Event-driven annealing: groups of coincident centroids split at their own critical temperature.
+
+The geometric ladder of :func:`rbfkmeans.annealing.anneal` carries all ``k`` centroids through
+every temperature and spends as much effort where nothing happens as where clusters split. Here
+the ``k`` copies are carried as groups with multiplicities (:mod:`rbfkmeans.groups`, the same
+statistics at ``O(n g d)`` per pass), and the ladder is driven by the groups' critical
+temperatures ``T_j = lambda_max(A_j)``:
+
+1. start with one group of ``k`` copies at the weighted mean, just below its critical
+   temperature (the ``T_c`` of :mod:`rbfkmeans.schedules`);
+2. at each temperature iterate the soft-Lloyd map of the groups to a fixed point; a group whose
+   ``T_j`` is above ``T`` is unstable and splits in two along its principal axis (its copies
+   shared out evenly), and the fixed point is sought again;
+3. spare copies move to the groups with the largest within-group variance per copy (the rule of
+   :func:`rbfkmeans.annealing.rebalance_duplicates`: here it only changes multiplicities);
+4. the next temperature is the next event: ``split_margin`` times the highest ``T_j`` among the
+   groups that can still split, but never below ``jump`` times, and never above ``cooling`` times
+   the current one; once every group is a single centroid the ladder cools by ``cooling`` until
+   the memberships are hard (or the relaxation gap ``(J - F_T)/J <= stop_gap``).
+
+Large data is annealed on a growing random subsample (``points_per_group`` rows per group, at
+least ``min_points``): the statistics of a few distinct centroids need few points. The hard
+Lloyd polish and the swap search that follow in :class:`~rbfkmeans.RBFKMeans` run on all of it,
+so the result is still a Lloyd fixed point of the full data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from ._validation import check_positive_int
+from .annealing import AnnealResult
+from .assignments import Assignment, get_assignment
+from .groups import GroupStats, group_stats
+from .lloyd import relocate_empty
+from .passes import Data
+from .seeding import weighted_mean
+
+__all__ = ["Subsample", "anneal_splits"]
+
+
+class Subsample:
+    """Growing random subsets of the rows of ``data``: :meth:`take` keeps the rows whose place in
+    one random permutation of all rows (of every rank, drawn from ``generator``, the same on
+    every rank) comes first, so each subset contains the smaller ones and a distributed run
+    keeps exactly the rows one process would keep of the concatenated data."""
+
+    def __init__(self, data: Data, generator: torch.Generator | None = None) -> None:
+        self.data = data
+        counts = data.comm.counts(data.n)
+        self.total = sum(counts)
+        start = sum(counts[: data.comm.rank])
+        rank_of = torch.empty(self.total, dtype=torch.long)
+        rank_of[torch.randperm(self.total, generator=generator)] = torch.arange(self.total)
+        self.place = rank_of[start : start + data.n].to(data.X.device)  # (n,) in the permutation
+        self._size = -1
+        self._part = data
+
+    def take(self, size: int) -> Data:
+        """The rows among the first ``size`` of the permutation (all of them once ``size`` is
+        half the rows over all ranks or more: the copy stays below half of ``X``)."""
+        data = self.data
+        if 2 * size >= self.total:  # a copy of half the data or more: use the data itself
+            return data
+        if size != self._size:
+            idx = (self.place < size).nonzero().squeeze(1)
+            w = None if data.w is None else data.w[idx]
+            self._part = Data(data.X[idx], w, chunk_size=data.chunk_size, comm=data.comm,
+                              validate=False)
+            self._size = size
+        return self._part
+
+
+def _map(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment) -> tuple[Tensor, float]:
+    """One soft-Lloyd step of the groups, ``c_j <- S_j / N_j`` (empty groups relocated), and the
+    relaxed objective ``F_T`` at the input ``C``."""
+    st = group_stats(data, C, m, T, entry)
+    empty = 1e-12 * float(st.N.sum()) >= st.N
+    C_new = st.S / st.N.clamp(min=torch.finfo(st.N.dtype).tiny).unsqueeze(1)
+    C_new = torch.where(empty.unsqueeze(1), C, C_new)
+    if bool(empty.any()):
+        C_new = relocate_empty(data, C_new, empty)
+    return C_new, st.objective
+
+
+def _sq(t: Tensor) -> float:
+    return float(t.double().square().sum())
+
+
+def _fixed_point(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment,
+                 max_iter: int, tol: float) -> tuple[Tensor, int]:
+    r"""The fixed point of the groups' soft-Lloyd map ``G`` at ``T``, accelerated by SQUAREM
+    (Varadhan & Roland 2008): from ``C``, ``C_1 = G(C)``, ``C_2 = G(C_1)``, ``r = C_1 - C``,
+    ``v = C_2 - 2 C_1 + C``, ``alpha = -||r|| / ||v||`` (at most -1), the extrapolation
+    ``C' = C - 2 alpha r + alpha^2 v`` and one stabilising step ``G(C')``. The step is kept only
+    if ``F_T(C') <= F_T(C_1)`` (each plain step lowers ``F_T``), else the cycle ends at ``C_2``:
+    ``F_T`` never rises. Stops once a step moves the centroids by at most ``tol`` (squared)
+    or after ``max_iter`` evaluations of ``G``."""
+    it = 0
+    while it < max_iter:
+        C1, _ = _map(data, C, m, T, entry)
+        it += 1
+        r = C1 - C
+        if _sq(r) <= tol or it >= max_iter:
+            return C1, it
+        C2, F1 = _map(data, C1, m, T, entry)
+        it += 1
+        if _sq(C2 - C1) <= tol or it >= max_iter:
+            return C2, it
+        v = C2 - 2.0 * C1 + C
+        nv = _sq(v)
+        alpha = -math.sqrt(_sq(r) / nv) if nv > 0 else -1.0
+        alpha = min(alpha, -1.0)
+        C_ext = C - 2.0 * alpha * r + alpha**2 * v
+        C3, F_ext = _map(data, C_ext, m, T, entry)
+        it += 1
+        C = C3 if F_ext <= F1 else C2
+    return C, it
+
+
+def _rebalance(m: Tensor, V: Tensor) -> Tensor:
+    """Move single copies from group ``L`` to group ``H`` while ``V_L/(m_L - 1) < V_H/m_H``."""
+    mm = [int(v) for v in m.tolist()]
+    vv = [float(v) for v in V.tolist()]
+    while True:
+        donors = [j for j in range(len(mm)) if mm[j] > 1]
+        if not donors:
+            break
+        low = min(donors, key=lambda j: vv[j] / (mm[j] - 1))
+        high = max(range(len(mm)), key=lambda j: vv[j] / mm[j])
+        if high == low or not vv[low] / (mm[low] - 1) < vv[high] / mm[high]:
+            break
+        mm[low] -= 1
+        mm[high] += 1
+    return torch.tensor(mm, dtype=m.dtype, device=m.device)
+
+
+def _split(C: Tensor, m: Tensor, st: GroupStats, T: float) -> tuple[Tensor, Tensor, int]:
+    """Split every unstable group (``m_j > 1``, ``T_j > T``) into two along its axis."""
+    assert st.T_crit is not None
+    assert st.axis is not None
+    unstable = ((st.T_crit > T) & (m > 1)).nonzero().squeeze(1).tolist()
+    if not unstable:
+        return C, m, 0
+    C_new, m_new = C.clone(), m.clone()
+    extra_C, extra_m = [], []
+    for j in unstable:
+        step = 0.3 * math.sqrt(T) * st.axis[j]  # (d,)
+        half = int(m[j]) // 2
+        C_new[j], m_new[j] = C[j] + step, int(m[j]) - half
+        extra_C.append(C[j] - step)
+        extra_m.append(half)
+    extra = torch.tensor(extra_m, dtype=m.dtype, device=m.device)
+    return torch.cat([C_new, torch.stack(extra_C)]), torch.cat([m_new, extra]), len(unstable)
+
+
+def _merge(C: Tensor, m: Tensor, thr: float) -> tuple[Tensor, Tensor]:
+    """Groups closer than ``thr`` (squared distance) become one (multiplicities added)."""
+    if C.shape[0] < 2:
+        return C, m
+    d2 = torch.cdist(C.double(), C.double()).square_()
+    d2.fill_diagonal_(math.inf)
+    if not bool((d2 <= thr).any()):
+        return C, m
+    keep: list[int] = []
+    mult = [int(v) for v in m.tolist()]
+    for j in range(C.shape[0]):
+        twin = next((i for i in keep if float(d2[i, j]) <= thr), None)
+        if twin is None:
+            keep.append(j)
+        else:
+            mult[twin] += mult[j]
+    return C[keep], torch.tensor([mult[i] for i in keep], dtype=m.dtype, device=m.device)
+
+
+def anneal_splits(
+    data: Data,
+    n_clusters: int,
+    assignment: str | Assignment,
+    *,
+    T_start: float | None = None,
+    cooling: float = 0.7,
+    jump: float = 0.5,
+    split_margin: float = 0.8,
+    max_iter: int = 15,
+    tol: float = 0.0,
+    stop_gap: float = 1e-4,
+    merge_tol: float = 1e-6,
+    max_temperatures: int = 1000,
+    settled_iter: int = 2,
+    points_per_group: int | None = 64,
+    min_points: int = 4096,
+    generator: torch.Generator | None = None,
+    keep_history: bool = True,
+    progress: Callable[[float, int], None] | None = None,
+) -> AnnealResult:
+    r"""Event-driven annealing of ``n_clusters`` copies from the weighted mean (module docstring).
+
+    ``T_start`` defaults to ``split_margin`` times the first critical temperature. At each
+    temperature the groups' fixed point is sought by at most ``max_iter`` SQUAREM-accelerated
+    soft-Lloyd steps, stopping once a step moves the centroids by at most ``tol`` (squared).
+    Groups closer than ``merge_tol * T`` (squared distance) are merged. The ladder stops when
+    every group is a single centroid and the memberships are hard, the relaxation gap is at most
+    ``stop_gap``, or the fixed point took at most ``settled_iter`` steps (the hard polish takes
+    over), or after ``max_temperatures``. ``points_per_group`` rows per group are used, and at
+    least ``min_points`` (a growing random subsample drawn from ``generator``; ``None``: all
+    rows).
+
+    Returns the ``k`` centroids (a group of ``m`` copies repeated ``m`` times), the temperatures
+    run, the soft-Lloyd steps in all, and per temperature the centroids (k, d), ``F_T``, ``J``,
+    the soft weight, the steps and the number of groups (``history``).
+    """
+    entry = get_assignment(assignment)
+    if entry.hard:
+        raise ValueError("anneal_splits needs a soft assignment (softmax, entmax15, sparsemax); "
+                         f"got assignment={entry.name!r}")
+    k = check_positive_int(n_clusters, "n_clusters")
+    for name, v in (("cooling", cooling), ("jump", jump), ("split_margin", split_margin)):
+        if not (isinstance(v, int | float) and 0 < v < 1):
+            raise ValueError(f"{name} must be a number in (0, 1); got {v!r}")
+    pool = Subsample(data, generator)
+
+    def part(groups: int) -> Data:
+        if points_per_group is None:
+            return data
+        return pool.take(max(min_points, points_per_group * groups))
+
+    C = weighted_mean(data).unsqueeze(0)  # (1, d)
+    m = torch.tensor([k], dtype=torch.long, device=C.device)
+    first = group_stats(part(1), C, m, 1.0, entry, objective=False, critical=True)
+    assert first.T_crit is not None
+    Tc = float(first.T_crit[0]) if k > 1 else 0.0
+    if Tc <= 0 and T_start is None:  # constant data, or k = 1: nothing to anneal
+        return AnnealResult(C.repeat(k, 1), [], 0, [], True)
+    T = float(T_start) if T_start is not None else split_margin * Tc
+    temps: list[float] = []
+    history: list[dict[str, object]] = []
+    total = 0
+    hard = False
+    for _ in range(max_temperatures):
+        sub = part(C.shape[0])
+        C, it = _fixed_point(sub, C, m, T, entry, max_iter, tol)
+        st = group_stats(sub, C, m, T, entry, critical=True)
+        C, m, n_split = _split(C, m, st, T)
+        if n_split:  # the new groups' fixed point at the same temperature
+            sub = part(C.shape[0])
+            C, it2 = _fixed_point(sub, C, m, T, entry, max_iter, tol)
+            it += it2
+            st = group_stats(sub, C, m, T, entry, critical=True)
+        C, m = _merge(C, m, merge_tol * T)
+        if C.shape[0] != st.N.shape[0]:
+            st = group_stats(sub, C, m, T, entry, critical=True)
+        m = _rebalance(m, st.V)
+        total += it
+        temps.append(T)
+        if keep_history:
+            history.append({"T": T, "C": C.detach().repeat_interleave(m, dim=0).cpu(),
+                            "objective": st.objective, "inertia": st.inertia,
+                            "n_soft": st.n_soft, "n_iter": it, "groups": int(C.shape[0])})
+        if progress is not None:
+            progress(T, it)
+        singles = bool((m == 1).all())
+        if singles and (st.n_soft == 0 or st.inertia - st.objective <= stop_gap * abs(st.inertia)
+                        or it <= settled_iter):
+            hard = st.n_soft == 0
+            break
+        assert st.T_crit is not None
+        can_split = st.T_crit[m > 1]
+        if can_split.numel():
+            T_event = split_margin * float(can_split.max())
+            T = min(cooling * T, max(T_event, jump * T))
+        else:
+            T = cooling * T
+    return AnnealResult(C.repeat_interleave(m, dim=0), temps, total, history, hard)
