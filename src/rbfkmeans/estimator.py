@@ -116,7 +116,8 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
         subsample (``subsample`` rows per group); it is exact for softmax, entmax15 and
         sparsemax and much cheaper than ``"geometric"`` (:func:`rbfkmeans.annealing.anneal`):
         every centroid through every temperature of ``T_start, T_start cooling, ...``. The
-        gradient solver and the cosine metric run the geometric ladder.
+        event-driven ladder starts from the mean (``init="auto"`` or ``"mean"``); other starts,
+        the gradient solver and the cosine metric run the geometric ladder.
     subsample : int or None, default 64
         ``"splits"``: rows per group of centroids used while annealing, 4096 at least (all rows
         when the data has fewer, and then integer weights equal repeated rows exactly); ``None``
@@ -393,8 +394,10 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
 
     def _splits(self, data: Data) -> bool:
         """Whether this fit runs the event-driven ladder."""
+        init = self._init_name()
         return (self.schedule == "splits" and self.solver == "lloyd"
-                and data.metric.name == "sqeuclidean")
+                and data.metric.name == "sqeuclidean" and isinstance(init, str)
+                and init == "mean")
 
     def _anneal(self, data: Data, C: Tensor, abs_tol: float, lam: float, gen: torch.Generator,
                 tick: Callable[[float, int], None] | None) -> AnnealResult:

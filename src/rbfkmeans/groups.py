@@ -227,6 +227,8 @@ def group_stats(
             scale = m[split].double() / N[split].double().clamp(min=tiny)  # m_j / N_j
             evals, evecs = torch.linalg.eigh(A * scale.view(-1, 1, 1))  # ascending
             T_crit[split] = evals[:, -1].clamp(min=0.0)
-            axis[split] = evecs[:, :, -1].to(dt)
+            top = evecs[:, :, -1]  # (g', d), each of either sign: make its largest entry positive
+            sign = top.gather(1, top.abs().argmax(dim=1, keepdim=True)).sign()
+            axis[split] = (top * sign).to(dt)
     F, J, n_soft = acc.tolist() if objective else [math.nan] * 3
     return GroupStats(N, S, float(F), float(J), float(n_soft), V, T_crit, axis)

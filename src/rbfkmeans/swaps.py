@@ -55,6 +55,52 @@ def _check_labels(data: Data, labels: Tensor, k: int) -> Tensor:
     return labels
 
 
+def _removal_costs(data: Data, C: Tensor, labels: Tensor) -> Tensor:
+    """``sum_{i in S_a} w_i (d_i^(2) - d_i^(1))`` per centroid (k,), float64, over the ranks."""
+    two = nearest(data, C, two=True).dist  # (n, 2)
+    extra = (two[:, 1] - two[:, 0]).double()  # (n,)
+    if data.w is not None:
+        extra = extra * data.w.double()
+    removal = torch.zeros(C.shape[0], dtype=torch.float64, device=data.X.device)
+    removal.index_add_(0, labels, extra)
+    data.comm.sum_(removal)
+    return removal
+
+
+def _spread_out(removal: Tensor, C: Tensor, m: int) -> list[int]:
+    """Up to ``m`` centroids by increasing removal cost, none the nearest neighbour of an earlier
+    one (removing both would cost far more than the sum of their costs)."""
+    d2 = torch.cdist(C.double(), C.double()).fill_diagonal_(float("inf"))
+    neighbour = d2.argmin(dim=1).tolist()
+    chosen: list[int] = []
+    frozen: set[int] = set()
+    for a in removal.argsort().tolist():
+        if len(chosen) == m:
+            break
+        if a not in frozen:
+            chosen.append(a)
+            frozen.add(neighbour[a])
+    return chosen
+
+
+def _breathe(data: Data, best: LloydResult, gain: Tensor, halves: Tensor, m: int,
+             max_iter: int, tol: float) -> tuple[LloydResult, int] | None:
+    """One breathing trial of depth ``m``: split the ``m`` clusters of largest gain (``k + m``
+    centroids, Lloyd), then delete the ``m`` centroids that cost least to remove (spread out;
+    Lloyd with ``k``). Returns the result and the Lloyd iterations, or None when fewer than two
+    clusters can be split."""
+    split = [j for j in gain.argsort(descending=True).tolist() if float(gain[j]) > 0][:m]
+    if len(split) < 2:
+        return None
+    C = best.C.clone()
+    C[split] = halves[split, 0]
+    grown = lloyd(data, torch.cat([C, halves[split, 1]]), max_iter=max_iter, tol=tol)
+    drop = _spread_out(_removal_costs(data, grown.C, grown.labels), grown.C, len(split))
+    keep = [j for j in range(grown.C.shape[0]) if j not in set(drop)]
+    trial = lloyd(data, grown.C[keep], max_iter=max_iter, tol=tol)
+    return trial, grown.n_iter + trial.n_iter
+
+
 @torch.no_grad()
 def swap_costs(
     data: Data,
@@ -87,11 +133,7 @@ def swap_costs(
     power_iter = check_positive_int(power_iter, "power_iter")
     comm, dev = data.comm, data.X.device
     w = None if data.w is None else data.w.double()
-    two = nearest(data, C, two=True).dist  # (n, 2)
-    extra = (two[:, 1] - two[:, 0]).double()  # (n,)
-    removal = torch.zeros(k, dtype=torch.float64, device=dev)
-    removal.index_add_(0, labels, extra if w is None else extra * w)
-    comm.sum_(removal)
+    removal = _removal_costs(data, C, labels)
     V = torch.randn(k, d, generator=generator, dtype=torch.float64).to(dev)  # (k, d)
     for _ in range(power_iter):  # V_j <- Sigma_j V_j, Sigma_j the scatter of cluster j
         U = torch.zeros(k, d, dtype=torch.float64, device=dev)
@@ -124,25 +166,6 @@ def swap_costs(
     return scale * removal, scale * gain, halves.to(data.X.dtype)
 
 
-def _simultaneous_moves(C: Tensor, removal: Tensor, gain: Tensor, m: int) -> list[tuple[int, int]]:
-    """Up to ``m`` pairs (removed centroid, split cluster): removals by increasing cost, none the
-    nearest neighbour of an earlier one; splits by decreasing positive gain; all distinct."""
-    d2 = torch.cdist(C.double(), C.double()).fill_diagonal_(float("inf"))
-    neighbour = d2.argmin(dim=1).tolist()
-    split = [j for j in gain.argsort(descending=True).tolist() if float(gain[j]) > 0][: 2 * m]
-    removed: list[int] = []
-    frozen: set[int] = set()
-    for a in removal.argsort().tolist():
-        if len(removed) == m:
-            break
-        if a in frozen:
-            continue
-        removed.append(a)
-        frozen.add(neighbour[a])
-    chosen = [j for j in split if j not in removed][: len(removed)]
-    return list(zip(removed[: len(chosen)], chosen, strict=True))
-
-
 @torch.no_grad()
 def swap_search(
     data: Data,
@@ -168,12 +191,12 @@ def swap_search(
     result is polished until its labels settle. ``J`` never increases and the result is a Lloyd
     fixed point.
 
-    With ``max_moves = M > 1`` the search first moves several centroids at once: the ``M``
-    cheapest removals (never two neighbouring centroids: the nearest neighbour of a removed
-    centroid is kept) together with the ``M`` largest split gains, tried by one Lloyd run; kept if
-    ``J`` drops (the same ``M`` is tried again), else ``M`` decreases by one, down to the single
-    swaps above (the depth schedule of breathing k-means, Fritzke 2020). Each moved centroid
-    counts as one swap.
+    With ``max_moves = M > 1`` the search first breathes (Fritzke 2020, breathing k-means, here
+    from the annealed start): the ``M`` clusters of largest split gain are split (``k + M``
+    centroids, Lloyd), then the ``M`` centroids that cost least to remove are deleted (never the
+    nearest neighbour of another deleted one; Lloyd with ``k``); kept if ``J`` drops (the same
+    ``M`` is tried again), else ``M`` decreases by one, down to the single swaps above. Each
+    moved centroid counts as one swap.
     """
     if not isinstance(start, LloydResult):
         raise TypeError(f"start must be a LloydResult; got {type(start).__name__}")
@@ -192,21 +215,19 @@ def swap_search(
             costs = swap_costs(data, best.C, best.labels, generator=generator)
         removal, gain, halves = costs
         if depth > 1:
-            moves = _simultaneous_moves(best.C, removal, gain, min(depth, max_swaps - n_swaps))
-            if len(moves) < 2:
+            out = _breathe(data, best, gain, halves, min(depth, max_swaps - n_swaps), max_iter,
+                           tol)
+            if out is None:
                 depth = 1
                 continue
-            C = best.C.clone()
-            for a, j in moves:
-                C[a], C[j] = halves[j, 0], halves[j, 1]
-            trial = lloyd(data, C, max_iter=max_iter, tol=tol)
-            n_iter += trial.n_iter
+            trial, its = out
+            n_iter += its
             n_trials += 1
             if trial.inertia < best.inertia * (1.0 - 1e-12):
                 best, costs = trial, None
-                n_swaps += len(moves)
+                n_swaps += min(depth, max_swaps - n_swaps)
             else:
-                depth = len(moves) - 1
+                depth -= 1
             continue
         top = min(k, n_candidates + 1)
         cheap = removal.argsort()[:top].tolist()
