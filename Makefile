@@ -35,7 +35,7 @@ bench: venv
 	$(BIN)/pip install -q -e ".[bench]"
 	$(BIN)/python benchmarks/bench_mappings.py
 	$(BIN)/python benchmarks/bench_iterations.py
-	$(BIN)/python benchmarks/bench_quality.py
+	$(BIN)/python benchmarks/bench_fit.py
 	$(BIN)/python benchmarks/bench_blobs.py
 	$(BIN)/python benchmarks/bench_scale.py
 
