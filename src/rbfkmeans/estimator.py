@@ -149,11 +149,12 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
     max_swaps : int, default 30
         After the hard polish of an annealed fit, at most this many centroids moved by swaps
         (:func:`rbfkmeans.swaps.swap_search`): centroids whose removal costs little are moved
-        to split the clusters whose split gains most (up to 5 at once, fewer as trials fail),
-        Lloyd runs from there (to ``tol``), and the move is kept only if ``J`` drops; the kept
-        result is polished until its labels settle. It repairs a misallocation of centroids
-        between regions that the order of the splits can leave and no Lloyd step undoes. ``0``
-        turns it off. Not used with ``assignment="hard"`` (plain Lloyd, as scikit-learn).
+        to split the clusters whose split gains most (up to ``min(5, k // 4)`` at once, fewer
+        as trials fail), Lloyd runs from there (to ``tol``), and the move is kept only if ``J``
+        drops; the kept result is polished until its labels settle. It repairs a misallocation
+        of centroids between regions that the order of the splits can leave and no Lloyd step
+        undoes. ``0`` turns it off. Not used with ``assignment="hard"`` (plain Lloyd, as
+        scikit-learn).
     solver : {"lloyd", "gradient"}, default "lloyd"
         ``"gradient"`` optimises the centroids of a :class:`KMeansLayer` with autograd on ``F_T``:
         with ``optimizer=None`` by the per-cluster step ``eta_j = 1/(2 N_j)`` (identical to
@@ -453,7 +454,8 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
         final: LloydResult | SwapResult = hard
         if not self._hard and self.max_swaps > 0:
             final = swap_search(data, hard, max_swaps=self.max_swaps, max_iter=self.max_iter,
-                                tol=abs_tol, max_moves=5, generator=gen)
+                                tol=abs_tol, max_moves=max(1, min(5, self.n_clusters // 4)),
+                                generator=gen)
             n_hard_iter += final.n_iter
             n_swaps = final.n_swaps
         if not final.converged and not self._hard and data.comm.rank == 0:

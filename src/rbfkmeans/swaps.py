@@ -29,6 +29,10 @@ from .passes import Data, nearest
 
 __all__ = ["SwapResult", "swap_costs", "swap_search"]
 
+#: a trial is kept only if it lowers J by this fraction: a trial that returns to the same fixed
+#: point (its centroids in another order) differs by rounding alone and must not be taken
+_GAIN = 1e-9
+
 
 @dataclass
 class SwapResult:
@@ -223,7 +227,7 @@ def swap_search(
             trial, its = out
             n_iter += its
             n_trials += 1
-            if trial.inertia < best.inertia * (1.0 - 1e-12):
+            if trial.inertia < best.inertia * (1.0 - _GAIN):
                 best, costs = trial, None
                 n_swaps += min(depth, max_swaps - n_swaps)
             else:
@@ -243,7 +247,7 @@ def swap_search(
             trial = lloyd(data, C, max_iter=max_iter, tol=tol)
             n_iter += trial.n_iter
             n_trials += 1
-            if trial.inertia < best.inertia * (1.0 - 1e-12):
+            if trial.inertia < best.inertia * (1.0 - _GAIN):
                 best, improved, costs = trial, True, None
                 n_swaps += 1
                 break
