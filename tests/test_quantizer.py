@@ -5,7 +5,6 @@ half precision, two gloo processes, and every error message."""
 from __future__ import annotations
 
 import doctest
-import importlib
 import math
 import pickle
 import re
@@ -608,11 +607,10 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     if not torch.distributed.is_available():
         pytest.skip("torch.distributed is not available")
     out = tmp_path_factory.mktemp("vq_dist")
-    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-    if method == "fork":  # DDP imports torch._dynamo lazily: once here, not in every worker
-        importlib.import_module("torch._dynamo")
+    # fresh interpreters: a fork of the test process can inherit the thread pools that the
+    # tests before this one started, and a forked worker may then wait on them forever
     ctx = mp.start_processes(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=False,
-                             start_method=method)
+                             start_method="spawn")
     deadline = time.monotonic() + 120
     while not ctx.join(timeout=1):
         if time.monotonic() > deadline:

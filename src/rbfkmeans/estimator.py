@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -44,7 +44,6 @@ from ._parameters import (
     PARAMETERS,
     agree_on_shards,
     as_float32_if_half,
-    is_int,
     torch_dtype,
 )
 from ._validation import check_temperature
@@ -57,6 +56,7 @@ from .layer import KMeansLayer
 from .lloyd import LloydResult, lloyd
 from .mappings import hardmax
 from .metrics import check_nonzero_rows, cosine_similarity, get_metric
+from .online import OnlineFitMixin
 from .passes import Data, Stats, cluster_stats, nearest
 from .schedules import (
     covariance_spread,
@@ -67,13 +67,14 @@ from .schedules import (
 )
 from .seeding import initial_centers
 from .splits import anneal_splits
-from .streaming import MiniBatchKMeans, agree_on_batch, array_batches, batch_data, macqueen_updates
 from .swaps import SwapResult, swap_search
 
 __all__ = ["RBFKMeans"]
 
 
-class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, BaseEstimator):
+class RBFKMeans(
+    OnlineFitMixin, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, BaseEstimator
+):
     r"""k-means by annealing a soft (RBF) assignment into Lloyd's hard one.
 
     Parameters
@@ -573,170 +574,6 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
         """Output columns of :meth:`transform` (one distance per centroid)."""
         return int(self.cluster_centers_.shape[0])
 
-    # -- online -------------------------------------------------------------------------------
-    def partial_fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> RBFKMeans:
-        r"""Online update from a batch (MacQueen 1967; with a temperature, its soft version).
-
-        For each point ``x`` with weight ``w`` and memberships ``r`` (one-hot when hard, else
-        ``m(-d/2T)`` at ``temperature``), every centroid moves by
-        ``c_j <- c_j + w r_j (x - c_j) / n_j`` with the running count ``n_j <- n_j + w r_j``:
-        the SGD step on ``J`` (or ``F_T``) for that point with ``eta_j = 1/(2 n_j)``
-        (:func:`rbfkmeans.streaming.macqueen_updates`). The points of a batch are processed in
-        order. The first call initialises the centroids on its batch (which needs at least
-        ``n_clusters`` rows) from ``init``, k-means++ for ``"auto"`` and ``"mean"``; after
-        :meth:`fit` the counts start at the fitted cluster sizes. ``labels_`` and ``inertia_``
-        describe the last batch at the new centroids.
-        """
-        first = not hasattr(self, "cluster_centers_")
-        if first:
-            self._check_params()
-        X = self._check_X(X, reset=first)
-        if first:
-            if X.shape[0] < self.n_clusters:
-                raise ValueError(
-                    f"the first partial_fit batch needs n_samples >= n_clusters={self.n_clusters};"
-                    f" got n_samples={X.shape[0]}"
-                )
-            self._dtype_ = self._compute_dtype(X)
-        Xt = self._to_torch(X)
-        w = self._weights(sample_weight, X)
-        data = self._data(Xt, w)
-        T = 0.0 if self.temperature is None else float(self.temperature)
-        if first:
-            seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-            init = self.init
-            if isinstance(init, str) and init in ("auto", "mean"):
-                init = "k-means++"
-            C = initial_centers(data, self.n_clusters, init,
-                                generator=torch.Generator().manual_seed(seed), seed=seed)
-            counts = torch.zeros(self.n_clusters, dtype=Xt.dtype, device=Xt.device)
-            self.n_iter_ = 0
-            self._set_online(T)
-        else:
-            C = self._centers_t()
-            counts = torch.as_tensor(self._online_counts).to(Xt.device, Xt.dtype) \
-                if getattr(self, "_online_counts", None) is not None \
-                else torch.zeros(self.n_clusters, dtype=Xt.dtype, device=Xt.device)
-        C, counts = macqueen_updates(Xt, C, counts, T, self.assignment, w, metric=self.metric)
-        self.cluster_centers_ = _np(C).astype(X.dtype, copy=False)
-        self._online_counts = _np(counts)
-        self.n_iter_ += 1
-        self.n_swaps_ = getattr(self, "n_swaps_", 0)
-        st = cluster_stats(data, C, 0.0, "hard", return_labels=True)
-        assert st.labels is not None
-        self.labels_ = _np(st.labels).astype(np.int64)
-        self.inertia_ = st.inertia
-        return self
-
-    def fit_batches(
-        self, batches: Any, *, n_epochs: int = 1, batch_size: int = 1024,
-        sample_weight: Any = None,
-    ) -> RBFKMeans:
-        r"""Mini-batch fit on data that need not fit in memory: any iterable of chunks.
-
-        ``batches`` is a ``torch.utils.data.DataLoader`` (of tuples such as ``(x, y)`` the first
-        element is the data), a generator or a list of arrays/tensors (b, d), or one 2-D array
-        (e.g. a ``numpy.memmap``) read ``batch_size`` rows at a time in a shuffled block order
-        with the matching rows of ``sample_weight``. Each batch takes the mini-batch step of
-        MacQueen's rule (:mod:`rbfkmeans.streaming`): ``c_j <- c_j + (S^B_j - N^B_j c_j) / n_j``
-        with running counts ``n_j``, the gradient step on the batch objective with
-        ``eta_j = 1/(2 n_j)``. Memberships are hard unless ``temperature`` is set. The first
-        batches (at least ``3 n_clusters`` rows) are seeded by k-means++ and take one step
-        together. ``n_epochs > 1`` needs a source that can be iterated again.
-
-        Under ``torch.distributed`` every rank passes its own batches (e.g. a ``DataLoader`` with
-        a ``DistributedSampler``); the batch statistics are summed over ranks, so all ranks take
-        the same steps, and ranks may hold different numbers of batches.
-
-        Sets ``cluster_centers_``, ``n_iter_`` (steps), ``inertia_`` (sum over the last epoch of
-        each batch's ``J`` just before its step: an estimate) and the running counts, so that
-        :meth:`partial_fit` can continue. ``labels_`` (this rank's rows, in source order) is set
-        by one more pass over a source that can be iterated again (an array, a list, a
-        ``DataLoader``); a one-shot iterator leaves none.
-        """
-        self._check_params()
-        if not is_int(n_epochs) or n_epochs < 1:
-            raise ValueError(f"n_epochs must be an integer >= 1; got {n_epochs!r}")
-        if not is_int(batch_size) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
-        is_array = isinstance(batches, np.ndarray | Tensor)
-        if is_array and batches.ndim != 2:
-            raise ValueError("batches must be an iterable of (b, d) chunks or a 2-D array; got "
-                             f"an array of shape {tuple(batches.shape)}")
-        if not is_array and not isinstance(batches, Iterable):
-            raise TypeError("batches must be an iterable of (b, d) chunks or a 2-D array; got "
-                            f"{type(batches).__name__}")
-        if sample_weight is not None and not is_array:
-            raise ValueError("sample_weight is only accepted with a 2-D array source; got "
-                             f"sample_weight with a {type(batches).__name__}")
-        one_shot = not is_array and iter(batches) is batches
-        if n_epochs > 1 and one_shot:
-            raise ValueError(f"n_epochs={n_epochs} needs a source that can be iterated again "
-                             "(a DataLoader, a list, an array); got a one-shot iterator")
-        comm = Comm.auto()
-        seed = torch.tensor([int(check_random_state(self.random_state).randint(2**31 - 1))])
-        comm.broadcast_(seed, src=0)
-        block_order = np.random.RandomState((int(seed) + comm.rank) % 2**32)
-        T = 0.0 if self.temperature is None else float(self.temperature)
-        fit = MiniBatchKMeans(self.n_clusters, T, self.assignment,
-                              generator=torch.Generator().manual_seed(int(seed)),
-                              chunk_size=self.chunk_size, comm=comm, metric=self.metric)
-        self.__dict__.pop("_dtype_", None)
-        for _ in range(n_epochs):
-            stream: Iterator[tuple[Any, Any]] = (
-                array_batches(batches, sample_weight, batch_size, block_order) if is_array
-                else ((batch_data(b), None) for b in batches))
-            fit.new_epoch()
-            for Xb, wb in self._agreed_batches(stream, comm):
-                fit.feed(Xb, wb)
-        fit.finish()
-        if fit.C is None or fit.counts is None:
-            raise ValueError("batches yielded no data")
-        self.cluster_centers_ = _np(fit.C)
-        self._online_counts = _np(fit.counts)
-        self.n_iter_ = fit.steps
-        self.inertia_ = float(fit.inertia)
-        self._set_online(T)
-        self.__dict__.pop("labels_", None)
-        if not one_shot:
-            items = (batches[s] for s in _row_blocks(len(batches), batch_size)) if is_array \
-                else (batch_data(b) for b in batches)
-            labels = [self.predict(b) for b in items]
-            self.labels_ = np.concatenate(labels) if labels else np.empty(0, dtype=np.int64)
-        return self
-
-    def _agreed_batches(
-        self, stream: Iterator[tuple[Any, Any]], comm: Comm
-    ) -> Iterator[tuple[Tensor, Tensor | None]]:
-        """This rank's batches, validated, converted, and agreed on with the other ranks: the
-        first batch of the fit fixes the features and the dtype; an exhausted rank yields empty
-        (0, d) batches until every rank is done."""
-        width = -1
-        while True:
-            item = next(stream, None)
-            error: Exception | None = None
-            Xb_np: np.ndarray | None = None
-            if item is not None:
-                try:
-                    Xb_np = self._check_X(item[0], reset=not hasattr(self, "_dtype_"))
-                except (ValueError, TypeError) as exc:
-                    error = exc
-            live, d, any64 = agree_on_batch(comm, error, Xb_np)
-            if live == 0:
-                return
-            if width < 0:
-                width = d
-                chosen = None if self.dtype is None else torch_dtype(self.dtype)
-                self._dtype_ = chosen or (torch.float64 if any64 else torch.float32)
-            elif d != width:
-                raise ValueError(f"every batch must have {width} features; got {d}")
-            self.n_features_in_ = width
-            if Xb_np is None:
-                yield torch.empty((0, width), dtype=self._dtype_, device=self._torch_device()), None
-            else:
-                assert item is not None
-                yield self._to_torch(Xb_np), self._weights(item[1], Xb_np)
-
     # -- export -------------------------------------------------------------------------------
     def to_layer(
         self, temperature: float | None = None, assignment: str | None = None
@@ -762,11 +599,6 @@ class RBFKMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
-
-
-def _row_blocks(n: int, size: int) -> Iterator[slice]:
-    for start in range(0, n, size):
-        yield slice(start, min(start + size, n))
 
 
 def _np(t: Tensor) -> np.ndarray:
