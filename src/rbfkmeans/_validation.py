@@ -27,6 +27,15 @@ def check_temperature(T: Any, name: str = "temperature") -> float:
     return value
 
 
+def check_nonnegative(value: Any, name: str) -> float:
+    """Return ``value`` as a float if it is a finite real number >= 0 (a tolerance, a noise
+    level), else raise ``ValueError`` naming ``name`` and the value."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) \
+            or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0; got {value!r}")
+    return float(value)
+
+
 def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
     """Return ``value`` if it is an integer >= ``minimum``, else raise."""
     if isinstance(value, bool) or not isinstance(value, int | torch.SymInt):

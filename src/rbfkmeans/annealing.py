@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._validation import check_positive_int, check_temperature
+from ._validation import check_nonnegative, check_positive_int, check_temperature
 from .assignments import Assignment, get_assignment
 from .lloyd import mean_update
 from .passes import Data, Stats, cluster_stats, nearest
@@ -39,10 +39,7 @@ __all__ = [
 
 
 def _check_tol(tol: float, name: str = "tol") -> float:
-    if isinstance(tol, bool) or not isinstance(tol, int | float) or not math.isfinite(tol) \
-            or tol < 0:
-        raise ValueError(f"{name} must be a finite number >= 0; got {tol!r}")
-    return float(tol)
+    return check_nonnegative(tol, name)
 
 
 class AnnealStep(Protocol):

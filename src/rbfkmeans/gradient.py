@@ -17,13 +17,12 @@ driver, chunk by chunk and summed over ranks.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-from ._validation import check_positive_int, check_temperature
+from ._validation import check_nonnegative, check_positive_int, check_temperature
 from .assignments import Assignment, get_assignment
 from .distances import sq_distances
 from .layer import KMeansLayer
@@ -114,9 +113,7 @@ class GradientStep:
         self.layer = KMeansLayer(C0, temperature=1.0, assignment=self.assignment.name)
         self.opt = optimizer(self.layer.parameters()) if optimizer is not None else None
         self.max_iter = check_positive_int(max_iter, "max_iter")
-        if not (isinstance(tol, int | float) and math.isfinite(tol) and tol >= 0):
-            raise ValueError(f"tol must be a finite number >= 0; got {tol!r}")
-        self.tol = float(tol)
+        self.tol = check_nonnegative(tol, "tol")
 
     def _lloyd_rate(self, data: Data, C: Tensor, T: float) -> Tensor:
         grad, N = torch.zeros_like(C), C.new_zeros(C.shape[0])

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ._validation import check_positive_int
+from ._validation import check_nonnegative, check_positive_int
 from .passes import Data, Stats, cluster_stats, nearest
 
 __all__ = ["LloydResult", "farthest_points", "lloyd", "mean_update", "relocate_empty"]
@@ -149,8 +149,7 @@ def lloyd(
     and each update is ``c_j <- m_j / ||m_j||``.
     """
     max_iter = check_positive_int(max_iter, "max_iter")
-    if not (isinstance(tol, int | float) and math.isfinite(tol) and tol >= 0):
-        raise ValueError(f"tol must be a finite number >= 0; got {tol!r}")
+    check_nonnegative(tol, "tol")
     C = data.project(data.check_centroids(C0, "C0").clone(), name="C0")
     comm = data.comm
     labels_old: Tensor | None = None
