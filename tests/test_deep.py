@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 
 import numpy as np
 import pytest
@@ -26,6 +27,7 @@ from rbfkmeans.deep import (
     load_dataset,
     mapping_entropy,
     mlp_autoencoder,
+    neighbor_contrastive_loss,
     self_training_targets,
 )
 
@@ -159,6 +161,62 @@ def test_self_training_targets_sharpen_and_average_neighbours() -> None:
     torch.testing.assert_close(Pn, ref / ref.sum(dim=1, keepdim=True))
 
 
+@pytest.mark.parametrize("balance", [0.0, 0.5, 1.0])
+def test_self_training_targets_balance_divides_by_a_power_of_cluster_sizes(balance: float) -> None:
+    gen = torch.Generator().manual_seed(0)
+    R = torch.softmax(torch.randn(12, 3, generator=gen, dtype=torch.float64), dim=1)
+    P = self_training_targets(R, balance=balance)
+    for i in range(12):  # row by row, from the definition
+        raw = [float(R[i, j]) ** 2 / float(R[:, j].sum()) ** balance for j in range(3)]
+        ref = torch.tensor(raw, dtype=torch.float64) / sum(raw)
+        torch.testing.assert_close(P[i], ref)
+    R_small = R.clone()
+    R_small[:, 0] *= 0.2  # cluster 0 becomes rare: more balance -> more target mass for it
+    R_small /= R_small.sum(dim=1, keepdim=True)
+    if balance > 0:
+        assert (self_training_targets(R_small, balance=balance)[:, 0]
+                > self_training_targets(R_small, balance=0.0)[:, 0]).all()
+    with pytest.raises(ValueError, match=r"balance must be a number in \[0, 1\]; got 1.5"):
+        self_training_targets(R, balance=1.5)
+
+
+def _infonce_reference(Z: torch.Tensor, Zp: torch.Tensor, tau: float) -> torch.Tensor:
+    b = Z.shape[0]
+    total = torch.zeros((), dtype=Z.dtype)
+    for i in range(b):
+        s_row = torch.stack([Z[i] @ Zp[l] / tau for l in range(b)])
+        s_col = torch.stack([Z[l] @ Zp[i] / tau for l in range(b)])
+        total = total - (s_row[i] - torch.logsumexp(s_row, 0))
+        total = total - (s_col[i] - torch.logsumexp(s_col, 0))
+    return total / (2 * b)
+
+
+@settings(max_examples=25, deadline=None)
+@given(b=st.integers(2, 7), p=st.integers(2, 5), tau=st.floats(0.05, 2.0), seed=st.integers(0, 99))
+def test_neighbor_contrastive_loss_equals_the_symmetric_infonce_sum(b: int, p: int, tau: float,
+                                                                     seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    Z = torch.nn.functional.normalize(torch.randn(b, p, generator=gen, dtype=torch.float64), dim=1)
+    Zp = torch.nn.functional.normalize(torch.randn(b, p, generator=gen, dtype=torch.float64), dim=1)
+    expected = _infonce_reference(Z, Zp, tau)
+    torch.testing.assert_close(neighbor_contrastive_loss(Z, Zp, tau), expected)
+
+
+def test_neighbor_contrastive_loss_gradcheck_and_bad_input() -> None:
+    gen = torch.Generator().manual_seed(1)
+    Z = torch.randn(5, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    Zp = torch.randn(5, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: neighbor_contrastive_loss(a, b, 0.3), (Z, Zp))
+    # orthonormal rows, each its own positive: the loss is log(1 + (b-1) e^{-1/tau})
+    E = torch.eye(4, dtype=torch.float64)
+    expected = torch.log(1 + 3 * torch.exp(torch.tensor(-1 / 0.5, dtype=torch.float64)))
+    torch.testing.assert_close(neighbor_contrastive_loss(E, E, 0.5), expected)
+    with pytest.raises(ValueError, match=r"tau must be a number > 0; got 0\.0"):
+        neighbor_contrastive_loss(E, E, 0.0)
+    with pytest.raises(ValueError, match=r"one shape; got \(4, 4\) and \(3, 4\)"):
+        neighbor_contrastive_loss(E, E[:3], 0.5)
+
+
 # -- collapse guard ----------------------------------------------------------------------------
 
 
@@ -197,7 +255,7 @@ def test_fit_keeps_every_cluster_alive_under_a_collapsing_loss() -> None:
     keeps all k clusters populated."""
     X, _ = blobs(n_per=20, k=4, d=5, seed=5)
     dc = tiny(X, 4, kmeans_weight=100.0, recon_weight=0.0, self_training_weight=0.0, epochs=4,
-              lr=1e-2, min_cluster_fraction=0.2)
+              lr=1e-2, min_cluster_fraction=0.2, contrastive_weight=0.0)
     dc.fit(X)
     counts = np.bincount(dc.labels_, minlength=4)
     guarded = sum(len(h["reseeded"]) for h in dc.history_)
@@ -283,10 +341,41 @@ def test_encoder_without_decoder_and_inputs_untouched() -> None:
     X, _ = blobs(seed=9)
     X0 = X.copy()
     enc, _ = mlp_autoencoder(X.shape[1], (8,), 3, seed=0)
-    dc = DeepClusterer(enc, None, 3, epochs=2, batch_size=16, recon_weight=5.0).fit(X)
-    assert dc.pretrain_history_ == []
+    dc = DeepClusterer(enc, None, 3, epochs=2, batch_size=16, recon_weight=5.0,
+                       contrastive_weight=0.0).fit(X)
+    assert dc.pretrain_history_ == []  # nothing to pretrain on
     assert float(dc.loss(torch.as_tensor(X))["recon"]) == 0.0
     np.testing.assert_array_equal(X, X0)
+
+
+def test_encoder_without_decoder_pretrains_on_the_contrastive_term_alone() -> None:
+    X, _ = blobs(seed=9)
+    X0 = X.copy()
+    enc, _ = mlp_autoencoder(X.shape[1], (8,), 3, seed=0)
+    dc = DeepClusterer(enc, None, 3, pretrain_epochs=30, epochs=1, batch_size=16).fit(X)
+    assert len(dc.pretrain_history_) == 30
+    assert dc.pretrain_history_[-1] < dc.pretrain_history_[0]
+    np.testing.assert_array_equal(X, X0)
+
+
+def test_contrastive_pretraining_pulls_input_space_neighbours_together() -> None:
+    """After pretraining with the neighbour-contrastive term, more of each row's nearest
+    neighbours in the embedding are its input-space neighbours than after reconstruction alone."""
+    X = load_dataset("digits").X[:300]
+    Xt = torch.as_tensor(X)
+
+    def recall(weight: float) -> float:
+        dc = tiny(X, 10, hidden=(32,), n_latent=6, pretrain_epochs=40, batch_size=64,
+                  contrastive_weight=weight).pretrain(X)
+        Z = torch.as_tensor(dc.transform(X))
+        nb = dc._neighbors(Xt)  # (n, m) input-space neighbours
+        S = Z @ Z.T
+        S.fill_diagonal_(-math.inf)
+        near = S.topk(nb.shape[1], dim=1).indices  # (n, m) embedding-space neighbours
+        hits = (near[:, :, None] == nb[:, None, :]).any(-1).float().mean()
+        return float(hits)
+
+    assert recall(1.0) > recall(0.0) + 0.05
 
 
 # -- bad input ---------------------------------------------------------------------------------
@@ -301,6 +390,11 @@ def test_encoder_without_decoder_and_inputs_untouched() -> None:
         ({"assignment": "gauss"}, "assignment must be one of"),
         ({"batch_size": 0}, "batch_size must be an integer >= 1; got 0"),
         ({"normalize": 1}, "normalize must be True or False; got 1"),
+        ({"contrastive_weight": -0.5}, "contrastive_weight must be a finite number >= 0; got -0.5"),
+        ({"contrastive_temperature": 0.0},
+         "contrastive_temperature must be a finite number > 0; got 0.0"),
+        ({"target_balance": 1.5}, r"target_balance must be a number in \[0, 1\]; got 1.5"),
+        ({"target_balance": float("nan")}, r"target_balance must be a number in \[0, 1\]; got nan"),
     ],
 )
 def test_bad_parameters_raise(kw: dict[str, object], match: str) -> None:

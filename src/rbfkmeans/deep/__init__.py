@@ -1,21 +1,21 @@
 """End-to-end clustering: an encoder and the k-means layer trained jointly by backpropagation.
 
 ``DeepClusterer`` (joint.py) trains any encoder (and optional decoder) with a
-:class:`~rbfkmeans.KMeansLayer` whose centroids live in the encoder's output space; ``metrics``
-scores clusterings (Hungarian accuracy, NMI, ARI); ``datasets`` loads real data that ships with
-scikit-learn; ``experiment`` is the ``rbfkmeans deep-cluster`` command's work and ``plots`` draws
+:class:`~rbfkmeans.KMeansLayer` whose centroids live in the encoder's output space; ``losses``
+holds the terms of its loss; ``metrics`` scores clusterings (Hungarian accuracy, NMI, ARI);
+``datasets`` loads real data that ships with scikit-learn; ``experiment`` is the
+``rbfkmeans deep-cluster`` command's work and ``plots`` draws
 its figures from the saved files.
 """
 
 from __future__ import annotations
 
 from .datasets import DATASETS, Dataset, load_dataset
-from .joint import (
-    DeepClusterer,
-    epoch_temperatures,
+from .joint import DeepClusterer, epoch_temperatures, init_centroids
+from .losses import (
     fenchel_young_loss,
-    init_centroids,
     mapping_entropy,
+    neighbor_contrastive_loss,
     self_training_targets,
 )
 from .metrics import ari, cluster_acc, evaluate, nmi
@@ -35,6 +35,7 @@ __all__ = [
     "mapping_entropy",
     "mlp",
     "mlp_autoencoder",
+    "neighbor_contrastive_loss",
     "nmi",
     "self_training_targets",
 ]

@@ -55,6 +55,9 @@ _DEFAULTS: dict[str, Any] = {
     "recon_weight": 1.0,
     "self_training_weight": 1.0,
     "n_neighbors": 10,
+    "contrastive_weight": 1.0,
+    "contrastive_temperature": 0.5,
+    "target_balance": 0.5,
     "T_start": 0.03,
     "T_end": 0.03,
 }
@@ -65,6 +68,9 @@ _QUICK: dict[str, Any] = {"hidden": (32,), "n_latent": 4, "pretrain_epochs": 2, 
 #: name -> overrides of the joint method's settings, for the ablation table.
 ABLATIONS: dict[str, dict[str, Any]] = {
     "full (defaults)": {},
+    "no contrastive pretraining (mu=0)": {"contrastive_weight": 0.0},
+    "DEC's size balance (gamma=1)": {"target_balance": 1.0},
+    "no contrastive term, gamma=1": {"contrastive_weight": 0.0, "target_balance": 1.0},
     "no self-training (beta=0)": {"self_training_weight": 0.0},
     "DEC targets (no neighbours)": {"n_neighbors": 0},
     "no soft k-means term (alpha=0)": {"kmeans_weight": 0.0},
@@ -77,6 +83,11 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 }
 
 _MODEL_KEYS = ("hidden", "n_latent")
+
+#: Settings that change pretraining: a variant touching one is pretrained on its own (the
+#: others, ``n_neighbors`` included, train from the shared pretrained networks).
+_PRETRAIN_KEYS = ("contrastive_weight", "contrastive_temperature",
+                  "pretrain_epochs", "pretrain_lr", "batch_size", "normalize")
 
 
 def default_config(quick: bool = False, **overrides: Any) -> dict[str, Any]:
@@ -238,10 +249,14 @@ def run_ablation(
         two_step_done = False
         for name, change in tqdm(variants.items(), desc=f"seed {seed}", disable=not progress,
                                  leave=False):
-            dc = copy.deepcopy(base)
-            for key, value in change.items():
-                setattr(dc, key, value)
-            dc._check_params()
+            if any(key in _PRETRAIN_KEYS for key in change):
+                dc = _clusterer(cfg, ds.X.shape[1], ds.n_clusters, seed, False, **change)
+                dc.pretrain(ds.X)
+            else:
+                dc = copy.deepcopy(base)
+                for key, value in change.items():
+                    setattr(dc, key, value)
+                dc._check_params()
             t0 = time.perf_counter()
             dc.fit(ds.X)
             seconds[name] += time.perf_counter() - t0

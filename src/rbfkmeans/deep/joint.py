@@ -3,45 +3,41 @@ r"""Clustering and representation learned together: an encoder trained through a
 An encoder ``f`` (any ``nn.Module``) maps inputs ``x_i`` to embeddings ``z_i = f(x_i)`` (projected
 onto the unit sphere when ``normalize=True``), a :class:`~rbfkmeans.KMeansLayer` with centroids
 ``C`` (k, p) in that space assigns them, ``R = m(-D / 2T)``, and an optional decoder ``g``
-reconstructs the input. On a minibatch ``B`` the joint loss is
+reconstructs the input. Training has three stages.
 
-.. math::
+1. **Pretraining** of encoder and decoder on reconstruction plus a neighbour-contrastive term
+   (weight ``mu``, ``contrastive_weight``;
+   :func:`~rbfkmeans.deep.losses.neighbor_contrastive_loss`), each row's positive a random one
+   of its ``m = n_neighbors`` nearest neighbours in input space:
 
-    L = \alpha\, \frac{F_T(Z_B, C)}{|B|}
-        \;+\; \lambda\, \frac{1}{|B|\,d} \sum_{i \in B} \lVert g(z_i) - x_i \rVert^2
-        \;+\; \beta\, \frac{1}{|B|} \sum_{i \in B} \frac{\ell_T(P_i; z_i, C)}{2T},
+   .. math::
 
-* ``F_T`` -- the layer's relaxed k-means objective at temperature ``T`` (Shannon for softmax,
-  Tsallis for entmax-1.5, Gini for sparsemax, ``J`` for hard; :mod:`rbfkmeans.objectives`);
-* the reconstruction error, weight ``lambda`` (``recon_weight``);
-* a self-training term (weight ``beta``): the Fenchel-Young loss of the layer's mapping between
-  the memberships ``R_i`` and fixed targets ``P_i``,
+       L_{pre} = \frac{1}{|B|\,d} \sum_{i \in B} \lVert g(z_i) - x_i \rVert^2
+                 \;+\; \mu\, \ell_{nce}\big(\{z_i\}, \{z_{n(i)}\}; \tau\big).
 
-  .. math::
+2. **The start**: ``C`` from :class:`~rbfkmeans.RBFKMeans` (same mapping) on the pretrained
+   embedding.
+3. **Joint training** of encoder, decoder and centroids with Adam on
 
-      \ell_T(P_i; z_i, C) = \Big(\sum_j P_{ij} d_{ij} - 2T\,H(P_i)\Big) - F_{T,i}
-      \;\ge\; 0, \qquad \nabla_{z_{\cdot}/(-2T)}\; \frac{\ell_T}{2T} = R_i - P_i,
+   .. math::
 
-  i.e. the free energy of the k-means layer evaluated at the target memberships minus its optimum
-  (``H`` the mapping's entropy). For softmax, ``l_T / 2T = KL(P_i || R_i)``: DEC/IDEC's
-  self-training loss with the k-means layer's Gaussian memberships as ``q``. The targets sharpen
-  neighbour-averaged memberships and are refreshed every ``target_update`` epochs:
+       L = \alpha\, \frac{F_T(Z_B, C)}{|B|}
+           \;+\; \lambda\, \frac{1}{|B|\,d} \sum_{i \in B} \lVert g(z_i) - x_i \rVert^2
+           \;+\; \beta\, \frac{1}{|B|} \sum_{i \in B} \frac{\ell_T(P_i; z_i, C)}{2T},
 
-  .. math::
+   ``F_T`` the layer's relaxed k-means objective at temperature ``T`` (:mod:`rbfkmeans.objectives`)
+   and ``l_T`` the Fenchel-Young loss of the mapping between the memberships ``R_i`` and targets
+   ``P_i`` (for softmax ``l_T / 2T = KL(P_i || R_i)``: DEC/IDEC's self-training with the layer's
+   Gaussian memberships as ``q``). The targets, refreshed every ``target_update`` epochs, sharpen
+   memberships averaged over the same input-space neighbours, divided by the soft cluster sizes
+   to the power ``gamma`` (``target_balance``; 1 is DEC's rule):
+   ``P_ij ∝ Rbar_ij^2 / (sum_l Rbar_lj)^gamma`` (:mod:`rbfkmeans.deep.losses`).
 
-      \bar R_i = \frac{1}{m+1}\Big(R_i + \sum_{l \in \mathcal N_m(i)} R_l\Big),\qquad
-      P_{ij} \propto \frac{\bar R_{ij}^2}{\sum_l \bar R_{lj}},
-
-  with ``N_m(i)`` the ``m = n_neighbors`` nearest neighbours of ``x_i`` in input space
-  (``m = 0``: DEC's targets).
-
-Training: (1) pretrain encoder and decoder on the reconstruction loss; (2) initialise ``C`` with
-:class:`~rbfkmeans.RBFKMeans` on the pretrained embedding; (3) minimise ``L`` over encoder,
-decoder and centroids with Adam while the temperature cools geometrically from ``T_start`` to
-``T_end`` across the epochs (:func:`rbfkmeans.schedules.geometric_schedule`; both are given in
-units of the first critical temperature ``T_c`` of the initial embedding under the mapping); after
-every epoch a collapse guard re-seeds any cluster that has become (nearly) empty or whose centroid
-has merged with another by splitting the largest cluster along its principal axis.
+The temperature cools geometrically from ``T_start`` to ``T_end`` across the joint epochs
+(:func:`rbfkmeans.schedules.geometric_schedule`; both in units of the first critical temperature
+``T_c`` of the initial embedding under the mapping); after every epoch a collapse guard re-seeds
+any cluster that has become (nearly) empty or whose centroid has merged with another by splitting
+the largest cluster along its principal axis.
 """
 
 from __future__ import annotations
@@ -58,53 +54,13 @@ from torch import Tensor, nn
 from .._validation import check_positive_int
 from ..assignments import check_assignment, get_assignment
 from ..layer import KMeansLayer
-from ..objectives import objective_from_distances
 from ..schedules import critical_temperature, geometric_schedule
+from .losses import fenchel_young_loss, neighbor_contrastive_loss, self_training_targets
 
-__all__ = [
-    "DeepClusterer",
-    "epoch_temperatures",
-    "fenchel_young_loss",
-    "init_centroids",
-    "mapping_entropy",
-    "self_training_targets",
-]
+__all__ = ["DeepClusterer", "epoch_temperatures", "init_centroids"]
 
 
 # -- pure functions -------------------------------------------------------------------------------
-
-
-def mapping_entropy(P: Tensor, assignment: str) -> Tensor:
-    r"""Row entropies ``H(P_i)`` (n,) of the mapping's regulariser: Shannon ``-sum p log p``
-    (softmax), Tsallis ``(4/3)(1 - sum p^{3/2})`` (entmax15), Gini ``(1/2)(1 - sum p^2)``
-    (sparsemax), ``0`` (hard)."""
-    return get_assignment(assignment).entropy(P)
-
-
-def fenchel_young_loss(D: Tensor, P: Tensor, T: float, assignment: str) -> Tensor:
-    r"""Mean over rows of ``l_T(P_i) / 2T`` (module docstring) from distances ``D`` (n, k) and
-    targets ``P`` (n, k) on the simplex; in distance units (no ``1/2T``) when ``T = 0`` or hard.
-
-    ``l_T = (sum_j P_ij d_ij - 2T H(P_i)) - F_T,i >= 0``; for softmax ``l_T / 2T = KL(P || R)``.
-    """
-    n = D.shape[0]
-    F_sum = objective_from_distances(D, T, assignment)
-    at_target = (P * D).sum() - 2.0 * T * mapping_entropy(P, assignment).sum()
-    gap = (at_target - F_sum) / n
-    if T == 0.0 or get_assignment(assignment).hard:
-        return gap
-    return gap / (2.0 * T)
-
-
-@torch.no_grad()
-def self_training_targets(R: Tensor, neighbors: Tensor | None = None) -> Tensor:
-    r"""Targets ``P`` (n, k) from memberships ``R`` (n, k): average each row with its
-    neighbours' (``neighbors`` (n, m) indices, optional), then ``P_ij ∝ Rbar_ij^2 / sum_l Rbar_lj``.
-    """
-    Rbar = R if neighbors is None else (R + R[neighbors].sum(dim=1)) / (neighbors.shape[1] + 1)
-    f = Rbar.sum(dim=0).clamp_min(1e-12)  # (k,) soft cluster sizes
-    P = Rbar.square() / f  # (n, k)
-    return P / P.sum(dim=1, keepdim=True).clamp_min(1e-12)
 
 
 def epoch_temperatures(T_start: float, T_end: float, epochs: int) -> np.ndarray:
@@ -152,6 +108,9 @@ _RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "epochs": ("an integer >= 0", lambda v: _int(v) and v >= 0),
     "batch_size": ("an integer >= 1", lambda v: _int(v) and v >= 1),
     "target_update": ("an integer >= 1", lambda v: _int(v) and v >= 1),
+    "contrastive_weight": ("a finite number >= 0", lambda v: _real(v) and 0 <= v < math.inf),
+    "contrastive_temperature": ("a finite number > 0", lambda v: _real(v) and 0 < v < math.inf),
+    "target_balance": ("a number in [0, 1]", lambda v: _real(v) and 0 <= v <= 1),
     "normalize": ("True or False", lambda v: isinstance(v, bool)),
 }
 
@@ -172,15 +131,25 @@ class DeepClusterer:
     encoder : nn.Module
         Maps (n, d) to embeddings (n, p). Trained in place.
     decoder : nn.Module or None
-        Maps embeddings (n, p) back to (n, d). Without one there is no pretraining and no
-        reconstruction term (``recon_weight`` is ignored): the encoder should come pretrained.
+        Maps embeddings (n, p) back to (n, d). Without one there is no reconstruction term
+        (``recon_weight`` is ignored) and pretraining is the contrastive term alone (none when
+        ``contrastive_weight`` or ``n_neighbors`` is 0: the encoder should then come pretrained).
     n_clusters : int, default 10
     assignment : {"softmax", "entmax15", "sparsemax", "hard"}, default "softmax"
         The layer's simplex mapping (and the one RBFKMeans initialises with).
     kmeans_weight, recon_weight, self_training_weight : float
         ``alpha``, ``lambda``, ``beta`` of the joint loss.
     n_neighbors : int, default 10
-        Neighbours averaged into the self-training targets (0: DEC's targets).
+        Input-space neighbours: the positives of the contrastive pretraining and the rows
+        averaged into the self-training targets (0: no contrastive term, DEC's targets).
+    contrastive_weight : float, default 1.0
+        ``mu``, the weight of the neighbour-contrastive term in pretraining (0: reconstruction
+        only).
+    contrastive_temperature : float, default 0.5
+        ``tau`` of that term (cosine similarities are divided by it).
+    target_balance : float in [0, 1], default 0.5
+        ``gamma``: the self-training targets are divided by the soft cluster sizes to this power
+        (1: DEC's rule, which pulls clusters towards equal sizes; 0: plain sharpening).
     normalize : bool, default True
         Project embeddings onto the unit sphere (so distances, hence ``T``, have a fixed scale).
     T_start, T_end : float
@@ -225,6 +194,9 @@ class DeepClusterer:
         recon_weight: float = 1.0,
         self_training_weight: float = 1.0,
         n_neighbors: int = 10,
+        contrastive_weight: float = 1.0,
+        contrastive_temperature: float = 0.5,
+        target_balance: float = 0.5,
         normalize: bool = True,
         T_start: float = 0.03,
         T_end: float = 0.03,
@@ -253,6 +225,9 @@ class DeepClusterer:
         self.recon_weight = recon_weight
         self.self_training_weight = self_training_weight
         self.n_neighbors = n_neighbors
+        self.contrastive_weight = contrastive_weight
+        self.contrastive_temperature = contrastive_temperature
+        self.target_balance = target_balance
         self.normalize = normalize
         self.T_start = T_start
         self.T_end = T_end
@@ -368,28 +343,42 @@ class DeepClusterer:
 
     # -- stages -------------------------------------------------------------------------------
     def pretrain(self, X: Any) -> DeepClusterer:
-        """Train encoder and decoder on the reconstruction loss alone (``pretrain_epochs``)."""
+        """Train encoder and decoder on ``L_pre`` (module docstring): reconstruction plus
+        ``contrastive_weight`` times the neighbour-contrastive loss, for ``pretrain_epochs``."""
         Xt = self._as_tensor(X)
         self.pretrain_history_: list[float] = []
-        if self.decoder is None or self.pretrain_epochs == 0:
+        contrastive = self.contrastive_weight > 0 and self.n_neighbors > 0 and Xt.shape[0] > 1
+        if self.pretrain_epochs == 0 or (self.decoder is None and not contrastive):
             self.pretrained_ = True
             return self
+        neighbors = self._neighbors(Xt) if contrastive else None
         gen = torch.Generator().manual_seed(self.random_state)
         opt = torch.optim.Adam(self._params(), lr=self.pretrain_lr)
         self.encoder.train()
-        self.decoder.train()
+        if self.decoder is not None:
+            self.decoder.train()
         bar = self._progress(self.pretrain_epochs, "pretrain")
         for _ in bar:
             total = 0.0
             for idx in self._batches(Xt.shape[0], gen):
                 xb = Xt[idx]
-                loss = F.mse_loss(self.decoder(self._embed(xb)), xb)
+                zb = self._embed(xb)
+                loss = zb.new_zeros(())
+                if self.decoder is not None:
+                    loss = loss + F.mse_loss(self.decoder(zb), xb)
+                if neighbors is not None:
+                    pick = torch.randint(neighbors.shape[1], (idx.numel(),), generator=gen)
+                    z_pos = self._embed(Xt[neighbors[idx, pick.to(idx.device)]])
+                    loss = loss + self.contrastive_weight * neighbor_contrastive_loss(
+                        F.normalize(zb, dim=1), F.normalize(z_pos, dim=1),
+                        self.contrastive_temperature,
+                    )
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
                 total += float(loss.detach()) * idx.numel()
             self.pretrain_history_.append(total / Xt.shape[0])
-            bar.set_postfix(mse=f"{self.pretrain_history_[-1]:.4f}")
+            bar.set_postfix(loss=f"{self.pretrain_history_[-1]:.4f}")
         self.pretrained_ = True
         return self
 
@@ -441,7 +430,8 @@ class DeepClusterer:
             layer.temperature = float(temps[epoch])
             if self.self_training_weight > 0 and epoch % self.target_update == 0:
                 with torch.no_grad():
-                    P_all = self_training_targets(layer(self._embed_all(Xt)), neighbors)
+                    P_all = self_training_targets(layer(self._embed_all(Xt)), neighbors,
+                                                  self.target_balance)
             self.encoder.train()
             if self.decoder is not None:
                 self.decoder.train()

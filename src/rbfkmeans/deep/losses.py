@@ -1,0 +1,99 @@
+r"""The loss terms of joint training, as pure functions of tensors.
+
+* :func:`fenchel_young_loss` -- the self-training term, the Fenchel-Young loss of the k-means
+  layer's mapping between its memberships ``R_i`` and fixed targets ``P_i``:
+
+  .. math::
+
+      \ell_T(P_i; z_i, C) = \Big(\sum_j P_{ij} d_{ij} - 2T\,H(P_i)\Big) - F_{T,i} \;\ge\; 0,
+      \qquad \frac{\ell_T}{2T} = \mathrm{KL}(P_i \,\|\, R_i) \text{ for softmax};
+
+* :func:`self_training_targets` -- the targets: memberships averaged over input-space neighbours,
+  sharpened and divided by a power of the soft cluster sizes,
+
+  .. math::
+
+      \bar R_i = \frac{1}{m+1}\Big(R_i + \sum_{l \in \mathcal N_m(i)} R_l\Big),\qquad
+      P_{ij} \propto \frac{\bar R_{ij}^2}{\big(\sum_l \bar R_{lj}\big)^{\gamma}},
+
+  ``gamma = 1`` being DEC's rule (which pulls every cluster towards the same size) and
+  ``gamma = 0`` plain sharpening;
+* :func:`neighbor_contrastive_loss` -- a contrastive loss on pairs ``(z_i, z_{n(i)})`` of
+  embeddings of input-space neighbours, every other row of the batch a negative (symmetric
+  InfoNCE on the unit sphere, temperature ``tau``):
+
+  .. math::
+
+      \ell_{nce} = -\frac{1}{2b}\sum_{i=1}^{b}\Big(
+          \log \frac{e^{z_i^\top z'_i/\tau}}{\sum_l e^{z_i^\top z'_l/\tau}}
+        + \log \frac{e^{z_i^\top z'_i/\tau}}{\sum_l e^{z_l^\top z'_i/\tau}}\Big).
+
+  It pulls the neighbour graph's edges together and pushes the rest apart, so the embedding
+  that the k-means layer starts from already has the graph's clusters.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..assignments import get_assignment
+from ..objectives import objective_from_distances
+
+__all__ = [
+    "fenchel_young_loss",
+    "mapping_entropy",
+    "neighbor_contrastive_loss",
+    "self_training_targets",
+]
+
+
+def mapping_entropy(P: Tensor, assignment: str) -> Tensor:
+    r"""Row entropies ``H(P_i)`` (n,) of the mapping's regulariser: Shannon ``-sum p log p``
+    (softmax), Tsallis ``(4/3)(1 - sum p^{3/2})`` (entmax15), Gini ``(1/2)(1 - sum p^2)``
+    (sparsemax), ``0`` (hard)."""
+    return get_assignment(assignment).entropy(P)
+
+
+def fenchel_young_loss(D: Tensor, P: Tensor, T: float, assignment: str) -> Tensor:
+    r"""Mean over rows of ``l_T(P_i) / 2T`` (module docstring) from distances ``D`` (n, k) and
+    targets ``P`` (n, k) on the simplex; in distance units (no ``1/2T``) when ``T = 0`` or hard.
+
+    ``l_T = (sum_j P_ij d_ij - 2T H(P_i)) - F_T,i >= 0``; for softmax ``l_T / 2T = KL(P || R)``.
+    """
+    n = D.shape[0]
+    F_sum = objective_from_distances(D, T, assignment)
+    at_target = (P * D).sum() - 2.0 * T * mapping_entropy(P, assignment).sum()
+    gap = (at_target - F_sum) / n
+    if T == 0.0 or get_assignment(assignment).hard:
+        return gap
+    return gap / (2.0 * T)
+
+
+@torch.no_grad()
+def self_training_targets(
+    R: Tensor, neighbors: Tensor | None = None, balance: float = 1.0
+) -> Tensor:
+    r"""Targets ``P`` (n, k) from memberships ``R`` (n, k): average each row with its
+    neighbours' (``neighbors`` (n, m) indices, optional), then
+    ``P_ij ∝ Rbar_ij^2 / (sum_l Rbar_lj)^balance`` (``balance = 1``: DEC's rule)."""
+    if not 0.0 <= balance <= 1.0:
+        raise ValueError(f"balance must be a number in [0, 1]; got {balance!r}")
+    Rbar = R if neighbors is None else (R + R[neighbors].sum(dim=1)) / (neighbors.shape[1] + 1)
+    f = Rbar.sum(dim=0).clamp_min(1e-12)  # (k,) soft cluster sizes
+    P = Rbar.square() / f.pow(balance)  # (n, k)
+    return P / P.sum(dim=1, keepdim=True).clamp_min(1e-12)
+
+
+def neighbor_contrastive_loss(Z: Tensor, Z_pos: Tensor, tau: float = 0.5) -> Tensor:
+    r"""Symmetric InfoNCE (module docstring) between rows ``Z`` (b, p) and their positives
+    ``Z_pos`` (b, p), both on the unit sphere; row ``l != i`` of the other side is a negative."""
+    if not tau > 0.0:
+        raise ValueError(f"tau must be a number > 0; got {tau!r}")
+    if Z.shape != Z_pos.shape or Z.ndim != 2:
+        raise ValueError(f"Z and Z_pos must be (b, p) of one shape; got {tuple(Z.shape)} and "
+                         f"{tuple(Z_pos.shape)}")
+    logits = Z @ Z_pos.T / tau  # (b, b)
+    target = torch.arange(Z.shape[0], device=Z.device)
+    return 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target))

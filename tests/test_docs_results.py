@@ -1,0 +1,49 @@
+"""The figures in the docs come from the committed results files: the deep-clustering table of
+docs/deep-clustering.md is exactly what ``benchmarks/bench_deep.py --table`` renders from
+``benchmarks/results/deep.json``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench_deep():  # type: ignore[no-untyped-def]
+    path = ROOT / "benchmarks" / "bench_deep.py"
+    spec = importlib.util.spec_from_file_location("bench_deep", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_deep_clustering_docs_table_equals_the_committed_results() -> None:
+    bench = _bench_deep()
+    results = json.loads((ROOT / "benchmarks" / "results" / "deep.json").read_text())
+    table = bench.markdown_table(results)
+    page = (ROOT / "docs" / "deep-clustering.md").read_text()
+    start, end = page.index(bench.TABLE_BEGIN), page.index(bench.TABLE_END) + len(bench.TABLE_END)
+    assert page[start:end] == table
+
+
+def test_deep_results_file_covers_the_benchmark_sets_and_seeds() -> None:
+    results = json.loads((ROOT / "benchmarks" / "results" / "deep.json").read_text())
+    assert len(results["seeds"]) >= 10
+    assert {"digits", "breast_cancer"} <= set(results["datasets"])
+    for r in results["datasets"].values():
+        for method in ("joint", "two_step", "kmeans_raw", *results["peers"]):
+            assert len(r["methods"][method]["per_seed"]) == len(results["seeds"])
+
+
+def test_deep_clustering_docs_ablation_tables_equal_the_committed_results() -> None:
+    from rbfkmeans.deep.experiment import ablation_markdown
+
+    page = (ROOT / "docs" / "deep-clustering.md").read_text()
+    files = sorted((ROOT / "benchmarks" / "results" / "ablation").glob("*.json"))
+    assert {f.stem for f in files} >= {"digits", "breast_cancer"}
+    for f in files:
+        assert ablation_markdown(json.loads(f.read_text())).rstrip("\n") in page, f.name
