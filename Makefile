@@ -33,11 +33,15 @@ docs: venv
 
 bench: venv
 	$(BIN)/pip install -q -e ".[bench]"
+	# ClustPy's deep-clustering peers: --no-deps, or pip would replace the pinned torch
+	$(BIN)/pip install -q --no-deps clustpy==0.0.3
 	$(BIN)/python benchmarks/bench_mappings.py
 	$(BIN)/python benchmarks/bench_iterations.py
 	$(BIN)/python benchmarks/bench_fit.py
 	$(BIN)/python benchmarks/bench_blobs.py
 	$(BIN)/python benchmarks/bench_scale.py
+	$(BIN)/python benchmarks/bench_large.py
+	$(BIN)/python benchmarks/bench_deep.py
 
 clean:
 	rm -rf $(VENV) build dist site *.egg-info

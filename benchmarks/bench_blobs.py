@@ -1,9 +1,10 @@
-"""Annealing on small overlapping blob sets, with and without the swap search and a faster ladder.
+"""Annealing on small overlapping blob sets: the event-driven ladder against the geometric one.
 
 Sixteen sets of 8 Gaussian blobs in 2-D (240 points, ``cluster_std`` 1.5 and 2.5, seeds 0-7, from
 ``sklearn.datasets.make_blobs``): the inertia of ``RBFKMeans(8, random_state=0)`` divided by that
-of ``KMeans(8, n_init=10, random_state=0)`` for the defaults, ``max_swaps=0`` (annealing and polish
-alone), and the faster ladder ``cooling=0.8, max_iter_per_temperature=20`` with and without swaps.
+of ``KMeans(8, n_init=10, random_state=0)`` for the defaults (``schedule="splits"``), the
+geometric ladder (``schedule="geometric"``, the default before the event-driven one), and both
+with ``max_swaps=0`` (annealing and polish alone).
 
 Run by hand: ``python benchmarks/bench_blobs.py``; writes ``benchmarks/results/blobs.json``.
 """
@@ -25,10 +26,9 @@ RESULTS = Path(__file__).parent / "results" / "blobs.json"
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
+    "geometric": {"schedule": "geometric"},
     "no_swaps": {"max_swaps": 0},
-    "cooling0.8_iter20": {"cooling": 0.8, "max_iter_per_temperature": 20},
-    "cooling0.8_iter20_no_swaps": {"cooling": 0.8, "max_iter_per_temperature": 20,
-                                   "max_swaps": 0},
+    "geometric_no_swaps": {"schedule": "geometric", "max_swaps": 0},
 }
 
 

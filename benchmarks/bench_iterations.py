@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
+from sklearn.metrics import adjusted_rand_score
 
 from rbfkmeans import RBFKMeans
 from rbfkmeans.passes import Data, cluster_stats
@@ -121,6 +122,7 @@ def main() -> None:
             "inertia_rbfkmeans": float(est.inertia_),
             "temperatures_run": len(est.temperatures_),
             "n_iter_rbfkmeans": int(est.n_iter_),
+            "ari_vs_sklearn": float(adjusted_rand_score(ref.labels_, est.labels_)),
         }
 
     floor = sec["floor_matmul"]

@@ -651,3 +651,36 @@ def test_to_layer_equals_predict_proba(assignment: str) -> None:
         np.testing.assert_array_equal(layer.predict(Xt).numpy(), est.predict(X0))
     other = est.to_layer(temperature=1.0, assignment="softmax")
     assert other.assignment == "softmax"
+
+
+def test_large_data_polish_and_swaps_on_a_subsample_end_at_a_lloyd_fixed_point_of_all_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Above 2 x max(SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER k) rows the polish and the swap
+    search run on a subsample; the last polish on all rows makes the result a Lloyd fixed point
+    of the full data (labels = nearest centroid, centroids = means of their labels)."""
+    import rbfkmeans.estimator as E
+
+    monkeypatch.setattr(E, "SEARCH_MIN_ROWS", 200)
+    monkeypatch.setattr(E, "SEARCH_ROWS_PER_CLUSTER", 16)
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(c, 1.0, size=(500, 3)) for c in range(6)])  # 3000 rows
+    est = E.RBFKMeans(8, random_state=0, subsample=16).fit(X)
+    C = est.cluster_centers_
+    d2 = ((X[:, None, :] - C[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(est.labels_, d2.argmin(1))
+    means = np.stack([X[est.labels_ == j].mean(0) for j in range(8)])
+    np.testing.assert_allclose(C, means, rtol=1e-10, atol=1e-10)
+    assert est.inertia_ == pytest.approx(d2.min(1).sum(), rel=1e-10)
+    # the subsample path ran: the search saw fewer rows than the data has
+    seen: list[int] = []
+    real = E.swap_search
+
+    def spy(data, *a, **kw):  # type: ignore[no-untyped-def]
+        seen.append(data.n)
+        return real(data, *a, **kw)
+
+    monkeypatch.setattr(E, "swap_search", spy)
+    E.RBFKMeans(8, random_state=0, subsample=16).fit(X)
+    assert seen
+    assert seen[0] < X.shape[0]

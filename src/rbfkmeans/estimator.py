@@ -66,10 +66,16 @@ from .schedules import (
     sphere_spread,
 )
 from .seeding import initial_centers
-from .splits import anneal_splits
+from .splits import Subsample, anneal_splits
 from .swaps import SwapResult, swap_search
 
 __all__ = ["RBFKMeans"]
+
+#: On large data the event-driven fit polishes and searches swaps on a subsample of
+#: ``max(SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER * k)`` rows first (used when the data has more
+#: than twice as many), then polishes on all rows.
+SEARCH_MIN_ROWS = 65536
+SEARCH_ROWS_PER_CLUSTER = 256
 
 
 class RBFKMeans(
@@ -122,7 +128,9 @@ class RBFKMeans(
     subsample : int or None, default 64
         ``"splits"``: rows per group of centroids used while annealing, 4096 at least (all rows
         when the data has fewer, and then integer weights equal repeated rows exactly); ``None``
-        anneals on all rows. The hard polish and the swap search always use all rows.
+        anneals on all rows. On more than ``2 max(65536, 256 k)`` rows the hard polish and the
+        swap search run on a random ``max(65536, 256 k)`` of them, then a last polish on all
+        rows until their labels settle (``None``: all rows throughout).
     T_start : float, optional
         First temperature; default ``1.2 T_c`` (geometric) or ``0.8 T_c`` (splits), with ``T_c``
         the first critical temperature (``lambda_max(Cov X)`` for softmax,
@@ -447,18 +455,31 @@ class RBFKMeans(
             polish_tol = 0.0  # strict: run until the labels settle (a Lloyd fixed point)
         else:
             polish_tol = abs_tol
+        search = data  # the rows of the polish and the swap search
+        if self._splits(data) and self.subsample is not None:
+            rows = max(SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER * self.n_clusters)
+            if 2 * rows < sum(data.comm.counts(data.n)):
+                search = Subsample(data, gen).take(rows)
         bar = _progress(show, self.max_iter, "lloyd" if self._hard else "hard polish")
-        hard = lloyd(data, C, max_iter=self.max_iter, tol=polish_tol, callback=_lloyd_ticker(bar))
+        hard = lloyd(search, C, max_iter=self.max_iter, tol=polish_tol,
+                     callback=_lloyd_ticker(bar))
         if bar is not None:
             bar.close()
         n_hard_iter, n_swaps = hard.n_iter, 0
         final: LloydResult | SwapResult = hard
         if not self._hard and self.max_swaps > 0:
-            final = swap_search(data, hard, max_swaps=self.max_swaps, max_iter=self.max_iter,
+            final = swap_search(search, hard, max_swaps=self.max_swaps, max_iter=self.max_iter,
                                 tol=abs_tol, max_moves=max(1, min(5, self.n_clusters // 4)),
                                 generator=gen)
             n_hard_iter += final.n_iter
             n_swaps = final.n_swaps
+        if search is not data:  # the result is a Lloyd fixed point of all the rows
+            bar = _progress(show, self.max_iter, "hard polish (all rows)")
+            final = lloyd(data, final.C, max_iter=self.max_iter, tol=0.0,
+                          callback=_lloyd_ticker(bar))
+            if bar is not None:
+                bar.close()
+            n_hard_iter += final.n_iter
         if not final.converged and not self._hard and data.comm.rank == 0:
             warnings.warn(
                 f"the hard Lloyd polish did not settle in max_iter={self.max_iter} iterations; "
