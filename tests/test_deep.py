@@ -238,6 +238,18 @@ def test_collapse_guard_reseeds_empty_cluster_and_resets_adam() -> None:
     assert float(state["exp_avg"][2].abs().sum()) == 0.0
 
 
+def test_collapse_guard_rejects_bad_input() -> None:
+    from rbfkmeans.deep.guard import collapse_guard
+
+    layer = KMeansLayer(torch.zeros(3, 2), temperature=0.1)
+    with pytest.raises(ValueError, match=r"Z must be \(n, 2\) to match"):
+        collapse_guard(layer, torch.zeros(5, 3))
+    with pytest.raises(ValueError, match=r"min_cluster_fraction must be a number in \[0, 1\)"):
+        collapse_guard(layer, torch.zeros(5, 2), min_cluster_fraction=1.0)
+    with pytest.raises(ValueError, match="merge_tol must be a finite number >= 0; got -1"):
+        collapse_guard(layer, torch.zeros(5, 2), merge_tol=-1)
+
+
 def test_collapse_guard_separates_merged_centroids() -> None:
     X, _ = blobs(n_per=30, k=2, d=2, seed=4)
     Z = torch.as_tensor(X)

@@ -2,10 +2,10 @@
 
 ``DeepClusterer`` (joint.py) trains any encoder (and optional decoder) with a
 :class:`~rbfkmeans.KMeansLayer` whose centroids live in the encoder's output space; ``losses``
-holds the terms of its loss; ``metrics`` scores clusterings (Hungarian accuracy, NMI, ARI);
-``datasets`` loads real data that ships with scikit-learn; ``experiment`` is the
-``rbfkmeans deep-cluster`` command's work and ``plots`` draws
-its figures from the saved files.
+holds the terms of its loss and ``guard`` its collapse guard; ``metrics`` scores clusterings
+(Hungarian accuracy, NMI, ARI); ``datasets`` loads real data that ships with scikit-learn;
+``experiment`` is the ``rbfkmeans deep-cluster`` command's work and ``plots`` draws its figures
+from the saved files.
 """
 
 from __future__ import annotations

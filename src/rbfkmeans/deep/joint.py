@@ -55,6 +55,7 @@ from .._validation import check_positive_int
 from ..assignments import check_assignment, get_assignment
 from ..layer import KMeansLayer
 from ..schedules import critical_temperature, geometric_schedule
+from .guard import collapse_guard
 from .losses import fenchel_young_loss, neighbor_contrastive_loss, self_training_targets
 
 __all__ = ["DeepClusterer", "epoch_temperatures", "init_centroids"]
@@ -458,53 +459,9 @@ class DeepClusterer:
         return self
 
     # -- collapse guard -----------------------------------------------------------------------
-    @torch.no_grad()
     def _collapse_guard(self, Z: Tensor, opt: torch.optim.Optimizer | None = None) -> list[int]:
-        """Re-seed clusters that are (nearly) empty or merged with another; returns their indices.
-
-        A re-seeded centroid and the centroid of the currently largest cluster are placed at
-        ``m -/+ s v`` with ``m`` the largest cluster's mean, ``v`` its principal axis and ``s^2``
-        the variance along it: the largest cluster is split in two. Adam's moments of both rows are
-        reset.
-        """
-        layer = self.layer_
-        C = layer.centroids
-        n, k = Z.shape[0], C.shape[0]
-        D = layer.distances(Z)  # (n, k)
-        labels = D.argmin(dim=1)
-        counts = torch.bincount(labels, minlength=k)
-        min_size = max(1, math.ceil(self.min_cluster_fraction * n / k))
-        flagged = [j for j in range(k) if int(counts[j]) < min_size]
-        if self.merge_tol > 0:
-            spread = D.gather(1, labels[:, None]).mean()
-            Dc = torch.cdist(C, C).square()  # (k, k)
-            for a in range(k):
-                for b in range(a + 1, k):
-                    if float(Dc[a, b]) < self.merge_tol * float(spread) and not (
-                        a in flagged or b in flagged
-                    ):
-                        flagged.append(b if counts[b] <= counts[a] else a)
-        for j in flagged:
-            labels = layer.distances(Z).argmin(dim=1)
-            counts = torch.bincount(labels, minlength=k)
-            counts[j] = -1
-            donor = int(counts.argmax())
-            members = Z[labels == donor]  # (m, p)
-            mean = members.mean(dim=0)
-            if members.shape[0] > 1:
-                centred = members - mean
-                _, S, Vh = torch.linalg.svd(centred, full_matrices=False)
-                step = Vh[0] * (S[0] / math.sqrt(members.shape[0]))
-            else:
-                step = torch.full_like(mean, 1e-3)
-            C[j] = mean + step
-            C[donor] = mean - step
-            if opt is not None:
-                state = opt.state.get(C, {})
-                for key in ("exp_avg", "exp_avg_sq"):
-                    if key in state:
-                        state[key][[j, donor]] = 0.0
-        return flagged
+        """:func:`rbfkmeans.deep.guard.collapse_guard` with this clusterer's thresholds."""
+        return collapse_guard(self.layer_, Z, self.min_cluster_fraction, self.merge_tol, opt)
 
     # -- inference ----------------------------------------------------------------------------
     @torch.no_grad()

@@ -1,0 +1,77 @@
+"""The collapse guard of joint training: re-seed clusters that emptied or merged.
+
+After each joint epoch a cluster holding fewer than ``min_cluster_fraction * n / k`` points, or a
+centroid whose squared distance to another is below ``merge_tol`` times the mean squared distance
+of the points to their centroid, is re-seeded by splitting the largest cluster in two along its
+principal axis: with ``m`` its mean, ``v`` its first principal direction and ``s^2`` the variance
+along it, the two centroids go to ``m + s v`` and ``m - s v``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ..layer import KMeansLayer
+
+__all__ = ["collapse_guard"]
+
+
+@torch.no_grad()
+def collapse_guard(
+    layer: KMeansLayer,
+    Z: Tensor,
+    min_cluster_fraction: float = 0.1,
+    merge_tol: float = 0.05,
+    opt: torch.optim.Optimizer | None = None,
+) -> list[int]:
+    """Re-seed the clusters of ``layer`` that are (nearly) empty or merged with another on the
+    embeddings ``Z`` (n, p) (module docstring), in place; returns their indices. Adam's moments
+    (``opt``, optional) of both rows of each split are reset."""
+    if not 0.0 <= min_cluster_fraction < 1.0:
+        raise ValueError(f"min_cluster_fraction must be a number in [0, 1); got "
+                         f"{min_cluster_fraction!r}")
+    if not 0.0 <= merge_tol < math.inf:
+        raise ValueError(f"merge_tol must be a finite number >= 0; got {merge_tol!r}")
+    C = layer.centroids
+    if Z.ndim != 2 or Z.shape[1] != C.shape[1]:
+        raise ValueError(f"Z must be (n, {C.shape[1]}) to match the layer's centroids; got "
+                         f"{tuple(Z.shape)}")
+    n, k = Z.shape[0], C.shape[0]
+    D = layer.distances(Z)  # (n, k)
+    labels = D.argmin(dim=1)
+    counts = torch.bincount(labels, minlength=k)
+    min_size = max(1, math.ceil(min_cluster_fraction * n / k))
+    flagged = [j for j in range(k) if int(counts[j]) < min_size]
+    if merge_tol > 0:
+        spread = D.gather(1, labels[:, None]).mean()
+        Dc = torch.cdist(C, C).square()  # (k, k)
+        for a in range(k):
+            for b in range(a + 1, k):
+                if float(Dc[a, b]) < merge_tol * float(spread) and not (
+                    a in flagged or b in flagged
+                ):
+                    flagged.append(b if counts[b] <= counts[a] else a)
+    for j in flagged:
+        labels = layer.distances(Z).argmin(dim=1)
+        counts = torch.bincount(labels, minlength=k)
+        counts[j] = -1
+        donor = int(counts.argmax())
+        members = Z[labels == donor]  # (m, p)
+        mean = members.mean(dim=0)
+        if members.shape[0] > 1:
+            centred = members - mean
+            _, S, Vh = torch.linalg.svd(centred, full_matrices=False)
+            step = Vh[0] * (S[0] / math.sqrt(members.shape[0]))
+        else:
+            step = torch.full_like(mean, 1e-3)
+        C[j] = mean + step
+        C[donor] = mean - step
+        if opt is not None:
+            state = opt.state.get(C, {})
+            for key in ("exp_avg", "exp_avg_sq"):
+                if key in state:
+                    state[key][[j, donor]] = 0.0
+    return flagged
