@@ -346,13 +346,19 @@ class DeepClusterer:
     def pretrain(self, X: Any) -> DeepClusterer:
         """Train encoder and decoder on ``L_pre`` (module docstring): reconstruction plus
         ``contrastive_weight`` times the neighbour-contrastive loss, for ``pretrain_epochs``."""
-        Xt = self._as_tensor(X)
+        return self._pretrain(self._as_tensor(X), None)
+
+    def _pretrain(self, Xt: Tensor, neighbors: Tensor | None) -> DeepClusterer:
+        """:meth:`pretrain` on a checked ``Xt``, with its kNN graph when the caller has it."""
         self.pretrain_history_: list[float] = []
         contrastive = self.contrastive_weight > 0 and self.n_neighbors > 0 and Xt.shape[0] > 1
         if self.pretrain_epochs == 0 or (self.decoder is None and not contrastive):
             self.pretrained_ = True
             return self
-        neighbors = self._neighbors(Xt) if contrastive else None
+        if not contrastive:
+            neighbors = None
+        elif neighbors is None:
+            neighbors = self._neighbors(Xt)
         gen = torch.Generator().manual_seed(self.random_state)
         opt = torch.optim.Adam(self._params(), lr=self.pretrain_lr)
         self.encoder.train()
@@ -408,8 +414,9 @@ class DeepClusterer:
         n, k = Xt.shape[0], self.n_clusters
         if n < k:
             raise ValueError(f"X must have at least n_clusters={k} rows; got {n}")
+        neighbors = self._neighbors(Xt) if self.n_neighbors > 0 else None  # (n, m), used twice
         if not self.pretrained_:
-            self.pretrain(Xt)
+            self._pretrain(Xt, neighbors)
         self.init_layer(Xt)
         layer = self.layer_
         Tc = self.critical_temperature_
@@ -420,7 +427,6 @@ class DeepClusterer:
         else:
             temps = epoch_temperatures(self.T_start * Tc, self.T_end * Tc, self.epochs)
         self.temperatures_ = temps
-        neighbors = self._neighbors(Xt) if self.n_neighbors > 0 else None
         gen = torch.Generator().manual_seed(self.random_state + 1)
         opt = torch.optim.Adam([*self._params(), layer.centroids], lr=self.lr)
         self.history_: list[dict[str, Any]] = []
