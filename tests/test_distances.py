@@ -278,3 +278,67 @@ def test_shifted_scores() -> None:
 
 def test_public_name() -> None:
     assert rk.sq_distances is sq_distances
+
+
+# -- row_min: the packed-key row minimum equals torch.min -------------------------------------------
+
+
+def _assert_row_min_equals_torch(G: torch.Tensor) -> None:
+    ref_values, ref_idx = G.min(dim=1)
+    before = G.clone()
+    for overwrite in (False, True):
+        values, idx = dist_mod.row_min(G.clone(), overwrite=overwrite)
+        assert torch.equal(idx, ref_idx)
+        assert torch.equal(values, ref_values)
+        assert idx.dtype == torch.long
+    values, idx = dist_mod.row_min(G)
+    assert torch.equal(G, before)  # not overwritten by default
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 40),
+    k=st.integers(dist_mod.PACKED_MIN_COLUMNS, 300),
+    levels=st.integers(1, 6),
+    scale=st.sampled_from([1e-30, 1e-3, 1.0, 1e6]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_row_min_equals_torch_min_with_ties(n, k, levels, scale, seed):
+    # few distinct values per row: ties at the minimum everywhere, signs mixed
+    g = torch.Generator().manual_seed(seed)
+    G = torch.randint(-levels, levels + 1, (n, k), generator=g).to(torch.float32) * scale
+    G += torch.randn(n, k, generator=g) * scale * (seed % 2)  # half the cases untied
+    _assert_row_min_equals_torch(G)
+
+
+def test_row_min_edge_values():
+    k = 64
+    G = torch.randn(6, k)
+    G[0] = 0.0  # all tied at zero
+    G[1] = -0.0
+    G[1, 40] = 0.0  # -0 and +0 compare equal: the first index wins
+    G[2, 10] = torch.finfo(torch.float32).tiny * 2**-20  # a subnormal minimum
+    G[2, 3] = G[2, 10]
+    G[3] = torch.finfo(torch.float32).max / 4
+    G[3, 60] = -torch.finfo(torch.float32).max / 4
+    G[4, :] = 1.0
+    G[4, 5] = 1.0 - 2**-24 * 2  # one ulp below: the minimum by the smallest margin
+    G[5, 33] = G[5].min() - 1e-7
+    _assert_row_min_equals_torch(G)
+
+
+def test_row_min_near_ties_take_the_fallback():
+    # differences below the 2^b subnormal units the packed key drops: the packed winner is
+    # column 0 (lowest index among equal keys), not the minimum, so only the fallback is right
+    G = torch.zeros(3, 40)
+    G[:, 1:] = 1e-44  # subnormals a few units above the true minimum at column 0 ...
+    G[:, 0] = 0.0
+    G[:, 2] = -1e-44  # ... and a smaller one at column 2
+    _assert_row_min_equals_torch(G)
+
+
+@pytest.mark.parametrize("dtype,k", [(torch.float64, 64), (torch.float32, 8)])
+def test_row_min_other_inputs_use_torch_min(dtype, k):
+    G = torch.randn(50, k, dtype=dtype)
+    G[:, 3] = G.min(dim=1).values
+    _assert_row_min_equals_torch(G)

@@ -41,7 +41,7 @@ from torch import Tensor
 from ._validation import check_finite, check_matrix, check_positive_int, check_temperature
 from .assignments import Assignment, get_assignment
 from .comm import Comm
-from .distances import chunk_rows, cross_term, iter_chunks, row_norms_sq
+from .distances import chunk_rows, cross_term, iter_chunks, row_min, row_norms_sq
 from .metrics import Metric, get_metric
 
 __all__ = ["Data", "Nearest", "Stats", "cluster_stats", "nearest"]
@@ -225,7 +225,7 @@ def cluster_stats(
         w = data.weight(s)  # (b,)
         Xw = Xc if w is None else Xc * w.unsqueeze(1)  # (b, d)
         if hard:
-            gmin, lab = cross_term(Xc, C, C_sq).min(dim=1)  # (b,), (b,): ||c||^2 - 2 x.c
+            gmin, lab = row_min(cross_term(Xc, C, C_sq), overwrite=True)  # (b,), (b,): ||c||^2 - 2 x.c
             if w is None:
                 N += torch.bincount(lab, minlength=k).to(dt)
             else:
@@ -299,7 +299,7 @@ def nearest(data: Data, C: Tensor, *, two: bool = False) -> Nearest:
             g, lab = G.topk(2, dim=1, largest=False, sorted=True)  # (b, 2)
             dist[s] = g.add_(X_sq[s].unsqueeze(1)).clamp_(min=0.0)
         else:
-            g, lab = G.min(dim=1)  # (b,)
+            g, lab = row_min(G, overwrite=True)  # (b,)
             dist[s] = g.add_(X_sq[s]).clamp_(min=0.0)
         labels[s] = lab
     return Nearest(dist, labels)
