@@ -280,7 +280,7 @@ def test_public_name() -> None:
     assert rk.sq_distances is sq_distances
 
 
-# -- row_min: the packed-key row minimum equals torch.min -------------------------------------------
+# -- row_min: the packed-key row minimum equals torch.min ----------------------------------------
 
 
 def _assert_row_min_equals_torch(G: torch.Tensor) -> None:
@@ -337,7 +337,7 @@ def test_row_min_near_ties_take_the_fallback():
     _assert_row_min_equals_torch(G)
 
 
-@pytest.mark.parametrize("dtype,k", [(torch.float64, 64), (torch.float32, 8)])
+@pytest.mark.parametrize(("dtype", "k"), [(torch.float64, 64), (torch.float32, 8)])
 def test_row_min_other_inputs_use_torch_min(dtype, k):
     G = torch.randn(50, k, dtype=dtype)
     G[:, 3] = G.min(dim=1).values

@@ -144,17 +144,24 @@ def row_min(G: torch.Tensor, *, overwrite: bool = False) -> tuple[torch.Tensor, 
     r"""Row-wise minimum and its first index, ``(min_j g_ij, argmin_j g_ij)`` of ``G`` (n, k).
 
     Exactly ``torch.min(G, dim=1)`` (ties to the lowest index), computed faster for float32 on
-    the CPU, where an index-carrying reduction is several times slower than a value reduction
-    (other dtypes and devices, and fewer than ``PACKED_MIN_COLUMNS`` columns, call
-    ``torch.min``). With ``m_i = min_j g_ij`` (a value reduction), ``e_ij = g_ij - m_i >= 0`` is
-    zero at the minimum and rounding keeps it non-negative. The bits of ``e_ij`` read as an integer order like the
-    values; with the low ``b = ceil(log2 k)`` bits replaced by the column index ``j``, one integer
-    minimum returns a column ``j*`` whose ``e`` is 0 up to those ``b`` bits, and the lowest such.
-    When ``g_{i j*} = m_i``, ``j*`` is the first index of the minimum; the rare rows where it is
-    not (a positive ``e`` below ``2^b`` subnormal units) take ``torch.argmin``. With
-    ``overwrite=True`` ``G`` is replaced by ``e`` on that path (no copy; for a temporary).
+    the CPU, where an index-carrying reduction costs several value reductions (other dtypes and
+    devices, and fewer than ``PACKED_MIN_COLUMNS`` columns, call ``torch.min``). With ``m_i``
+    from a value reduction,
+
+    .. math::
+
+        e_{ij} = g_{ij} - m_i \ge 0, \qquad
+        \kappa_{ij} = \operatorname{bits}(e_{ij}) \wedge \lnot(2^b - 1) \;\vee\; j,
+        \qquad b = \lceil \log_2 k \rceil:
+
+    rounding keeps ``e`` non-negative and zero only at the minimum, the bits of a non-negative
+    float order like its value, so one integer minimum of ``kappa`` returns the lowest column
+    ``j*`` whose ``e`` is zero up to its low ``b`` bits. When ``e_{ij*} = 0`` it is the first
+    index of the minimum; the rare rows where it is not (an ``e`` below ``2^b`` subnormal units)
+    take ``torch.argmin``. With ``overwrite=True`` ``G`` is replaced by ``e`` on the packed path
+    (no copy; for a temporary).
     """
-    n, k = G.shape
+    k = G.shape[1]
     if k < PACKED_MIN_COLUMNS or G.device.type != "cpu" or G.dtype != torch.float32:
         return G.min(dim=1)
     m = G.amin(dim=1)  # (n,)

@@ -225,7 +225,8 @@ def cluster_stats(
         w = data.weight(s)  # (b,)
         Xw = Xc if w is None else Xc * w.unsqueeze(1)  # (b, d)
         if hard:
-            gmin, lab = row_min(cross_term(Xc, C, C_sq), overwrite=True)  # (b,), (b,): ||c||^2 - 2 x.c
+            # (b,), (b,): the minimum of ||c||^2 - 2 x.c and its index
+            gmin, lab = row_min(cross_term(Xc, C, C_sq), overwrite=True)
             if w is None:
                 N += torch.bincount(lab, minlength=k).to(dt)
             else:
