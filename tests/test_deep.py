@@ -27,6 +27,7 @@ from rbfkmeans.deep import (
     load_dataset,
     mapping_entropy,
     mlp_autoencoder,
+    neighbor_average,
     neighbor_contrastive_loss,
     self_training_targets,
 )
@@ -159,6 +160,18 @@ def test_self_training_targets_sharpen_and_average_neighbours() -> None:
     Rbar = torch.stack([(R[0] + R[1]) / 2, (R[1] + R[0]) / 2, (R[2] + R[1]) / 2])
     ref = Rbar**2 / Rbar.sum(dim=0)
     torch.testing.assert_close(Pn, ref / ref.sum(dim=1, keepdim=True))
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 12), k=st.integers(1, 5), m=st.integers(1, 6), seed=st.integers(0, 999))
+def test_neighbor_average_equals_the_row_by_row_mean(n: int, k: int, m: int, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    R = torch.rand(n, k, generator=g, dtype=torch.float64)
+    nb = torch.randint(0, n, (n, m), generator=g)
+    ref = torch.stack([(R[i] + sum(R[j] for j in nb[i].tolist())) / (m + 1) for i in range(n)])
+    torch.testing.assert_close(neighbor_average(R, nb), ref)
+    with pytest.raises(ValueError, match=r"neighbors must be \(n, m\) with n = "):
+        neighbor_average(R, nb[:, 0])
 
 
 @pytest.mark.parametrize("balance", [0.0, 0.5, 1.0])
@@ -376,9 +389,9 @@ def test_contrastive_pretraining_pulls_input_space_neighbours_together() -> None
     X = load_dataset("digits").X[:300]
     Xt = torch.as_tensor(X)
 
-    def recall(weight: float) -> float:
+    def recall(weight: float, tau: float = 1.0) -> float:
         dc = tiny(X, 10, hidden=(32,), n_latent=6, pretrain_epochs=40, batch_size=64,
-                  contrastive_weight=weight).pretrain(X)
+                  contrastive_weight=weight, contrastive_temperature=tau).pretrain(X)
         Z = torch.as_tensor(dc.transform(X))
         nb = dc._neighbors(Xt)  # (n, m) input-space neighbours
         S = Z @ Z.T
@@ -387,10 +400,29 @@ def test_contrastive_pretraining_pulls_input_space_neighbours_together() -> None
         hits = (near[:, :, None] == nb[:, None, :]).any(-1).float().mean()
         return float(hits)
 
-    assert recall(1.0) > recall(0.0) + 0.05
+    alone = recall(0.0)
+    assert recall(1.0) > alone + 0.02  # the default tau = 1
+    assert recall(1.0, tau=0.5) > alone + 0.05  # a sharper contrast pulls harder
 
 
 # -- bad input ---------------------------------------------------------------------------------
+
+
+def test_fitted_labels_are_the_neighbour_vote_and_predict_is_the_layer() -> None:
+    from sklearn.neighbors import NearestNeighbors
+
+    X, _ = blobs(n_per=15, k=3, seed=3)
+    X = X + np.random.default_rng(0).normal(scale=3.0, size=X.shape).astype(np.float32)
+    dc = tiny(X, 3, n_neighbors=4).fit(X)
+    # an independent vote: sklearn's neighbours, numpy's mean of predict_proba
+    idx = NearestNeighbors(n_neighbors=5).fit(X).kneighbors(X, return_distance=False)
+    R = dc.predict_proba(X)
+    vote = np.stack([R[i] + R[idx[i, 1:]].sum(axis=0) for i in range(len(X))]).argmax(axis=1)
+    np.testing.assert_array_equal(dc.labels_, vote)
+    layer_alone = tiny(X, 3, n_neighbors=4, neighbor_labels=False).fit(X)
+    np.testing.assert_array_equal(layer_alone.labels_, layer_alone.predict(X))
+    np.testing.assert_array_equal(layer_alone.predict(X), dc.predict(X))  # same training
+    assert (dc.labels_ != dc.predict(X)).any()  # the vote moved some rows on this noisy data
 
 
 @pytest.mark.parametrize(
@@ -402,6 +434,7 @@ def test_contrastive_pretraining_pulls_input_space_neighbours_together() -> None
         ({"assignment": "gauss"}, "assignment must be one of"),
         ({"batch_size": 0}, "batch_size must be an integer >= 1; got 0"),
         ({"normalize": 1}, "normalize must be True or False; got 1"),
+        ({"neighbor_labels": "yes"}, "neighbor_labels must be True or False; got 'yes'"),
         ({"contrastive_weight": -0.5}, "contrastive_weight must be a finite number >= 0; got -0.5"),
         ({"contrastive_temperature": 0.0},
          "contrastive_temperature must be a finite number > 0; got 0.0"),

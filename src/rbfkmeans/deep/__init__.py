@@ -15,6 +15,7 @@ from .joint import DeepClusterer, epoch_temperatures, init_centroids
 from .losses import (
     fenchel_young_loss,
     mapping_entropy,
+    neighbor_average,
     neighbor_contrastive_loss,
     self_training_targets,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "mapping_entropy",
     "mlp",
     "mlp_autoencoder",
+    "neighbor_average",
     "neighbor_contrastive_loss",
     "nmi",
     "self_training_targets",

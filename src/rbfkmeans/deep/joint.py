@@ -33,6 +33,10 @@ reconstructs the input. Training has three stages.
    to the power ``gamma`` (``target_balance``; 1 is DEC's rule):
    ``P_ij ∝ Rbar_ij^2 / (sum_l Rbar_lj)^gamma`` (:mod:`rbfkmeans.deep.losses`).
 
+The fitted labels of the training rows are the argmax of ``Rbar``, the memberships averaged
+over the same neighbours (the vote the targets sharpen; ``neighbor_labels``); :meth:`predict`,
+for any rows, is the layer's nearest centroid.
+
 The temperature cools geometrically from ``T_start`` to ``T_end`` across the joint epochs
 (:func:`rbfkmeans.schedules.geometric_schedule`; both in units of the first critical temperature
 ``T_c`` of the initial embedding under the mapping); after every epoch a collapse guard re-seeds
@@ -56,7 +60,12 @@ from ..assignments import check_assignment, get_assignment
 from ..layer import KMeansLayer
 from ..schedules import critical_temperature, geometric_schedule
 from .guard import collapse_guard
-from .losses import fenchel_young_loss, neighbor_contrastive_loss, self_training_targets
+from .losses import (
+    fenchel_young_loss,
+    neighbor_average,
+    neighbor_contrastive_loss,
+    self_training_targets,
+)
 
 __all__ = ["DeepClusterer", "epoch_temperatures", "init_centroids"]
 
@@ -113,6 +122,7 @@ _RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "contrastive_temperature": ("a finite number > 0", lambda v: _real(v) and 0 < v < math.inf),
     "target_balance": ("a number in [0, 1]", lambda v: _real(v) and 0 <= v <= 1),
     "normalize": ("True or False", lambda v: isinstance(v, bool)),
+    "neighbor_labels": ("True or False", lambda v: isinstance(v, bool)),
 }
 
 
@@ -146,13 +156,18 @@ class DeepClusterer:
     contrastive_weight : float, default 1.0
         ``mu``, the weight of the neighbour-contrastive term in pretraining (0: reconstruction
         only).
-    contrastive_temperature : float, default 0.5
+    contrastive_temperature : float, default 1.0
         ``tau`` of that term (cosine similarities are divided by it).
     target_balance : float in [0, 1], default 0.5
         ``gamma``: the self-training targets are divided by the soft cluster sizes to this power
         (1: DEC's rule, which pulls clusters towards equal sizes; 0: plain sharpening).
     normalize : bool, default True
         Project embeddings onto the unit sphere (so distances, hence ``T``, have a fixed scale).
+    neighbor_labels : bool, default True
+        ``labels_`` of the training rows as the argmax of their memberships averaged with their
+        ``n_neighbors`` input-space neighbours' (``Rbar``, the average the targets sharpen:
+        :func:`~rbfkmeans.deep.losses.neighbor_average`); ``False``, or ``n_neighbors = 0``:
+        the layer's nearest centroid, as :meth:`predict` gives for any rows.
     T_start, T_end : float
         Temperatures of the first and last joint epoch, in units of the critical temperature
         ``T_c`` of the initial embedding (:func:`rbfkmeans.schedules.critical_temperature`).
@@ -175,7 +190,8 @@ class DeepClusterer:
     Attributes (after ``fit``)
     --------------------------
     layer_ : KMeansLayer
-    labels_ : ndarray (n,)           nearest centroid of each training point after joint training
+    labels_ : ndarray (n,)           cluster of each training row after joint training (the
+                                     neighbour vote, or the nearest centroid: ``neighbor_labels``)
     init_labels_ : ndarray (n,)      RBFKMeans labels on the pretrained embedding ("two-step")
     init_embedding_ : ndarray (n, p) the pretrained embedding
     critical_temperature_ : float    ``T_c`` of the initial embedding
@@ -196,9 +212,10 @@ class DeepClusterer:
         self_training_weight: float = 1.0,
         n_neighbors: int = 10,
         contrastive_weight: float = 1.0,
-        contrastive_temperature: float = 0.5,
+        contrastive_temperature: float = 1.0,
         target_balance: float = 0.5,
         normalize: bool = True,
+        neighbor_labels: bool = True,
         T_start: float = 0.03,
         T_end: float = 0.03,
         pretrain_epochs: int = 200,
@@ -230,6 +247,7 @@ class DeepClusterer:
         self.contrastive_temperature = contrastive_temperature
         self.target_balance = target_balance
         self.normalize = normalize
+        self.neighbor_labels = neighbor_labels
         self.T_start = T_start
         self.T_end = T_end
         self.pretrain_epochs = pretrain_epochs
@@ -461,7 +479,12 @@ class DeepClusterer:
             self.history_.append(record)
             bar.set_postfix(T=f"{layer.temperature:.3g}", loss=f"{record['total']:.4f}",
                             changed=f"{changed:.3f}")
-        self.labels_ = self.predict(Xt)
+        if self.neighbor_labels and neighbors is not None:
+            with torch.no_grad():
+                R = layer(self._embed_all(Xt))
+            self.labels_ = neighbor_average(R, neighbors).argmax(dim=1).cpu().numpy()
+        else:
+            self.labels_ = self.predict(Xt)
         return self
 
     # -- collapse guard -----------------------------------------------------------------------

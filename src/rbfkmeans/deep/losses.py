@@ -8,8 +8,9 @@ r"""The loss terms of joint training, as pure functions of tensors.
       \ell_T(P_i; z_i, C) = \Big(\sum_j P_{ij} d_{ij} - 2T\,H(P_i)\Big) - F_{T,i} \;\ge\; 0,
       \qquad \frac{\ell_T}{2T} = \mathrm{KL}(P_i \,\|\, R_i) \text{ for softmax};
 
-* :func:`self_training_targets` -- the targets: memberships averaged over input-space neighbours,
-  sharpened and divided by a power of the soft cluster sizes,
+* :func:`self_training_targets` -- the targets: memberships averaged over input-space neighbours
+  (:func:`neighbor_average`, ``Rbar``; also the vote that gives the fitted labels), sharpened and
+  divided by a power of the soft cluster sizes,
 
   .. math::
 
@@ -44,6 +45,7 @@ from ..objectives import objective_from_distances
 __all__ = [
     "fenchel_young_loss",
     "mapping_entropy",
+    "neighbor_average",
     "neighbor_contrastive_loss",
     "self_training_targets",
 ]
@@ -72,6 +74,15 @@ def fenchel_young_loss(D: Tensor, P: Tensor, T: float, assignment: str) -> Tenso
 
 
 @torch.no_grad()
+def neighbor_average(R: Tensor, neighbors: Tensor) -> Tensor:
+    r"""``Rbar_i = (R_i + sum_{l in N(i)} R_l) / (m + 1)`` (n, k): each row of ``R`` averaged with
+    its ``m`` neighbours' (``neighbors`` (n, m) row indices)."""
+    if neighbors.ndim != 2 or neighbors.shape[0] != R.shape[0]:
+        raise ValueError(f"neighbors must be (n, m) with n = {R.shape[0]} rows of R; got "
+                         f"{tuple(neighbors.shape)}")
+    return (R + R[neighbors].sum(dim=1)) / (neighbors.shape[1] + 1)
+
+
 def self_training_targets(
     R: Tensor, neighbors: Tensor | None = None, balance: float = 1.0
 ) -> Tensor:
@@ -80,7 +91,7 @@ def self_training_targets(
     ``P_ij ∝ Rbar_ij^2 / (sum_l Rbar_lj)^balance`` (``balance = 1``: DEC's rule)."""
     if not 0.0 <= balance <= 1.0:
         raise ValueError(f"balance must be a number in [0, 1]; got {balance!r}")
-    Rbar = R if neighbors is None else (R + R[neighbors].sum(dim=1)) / (neighbors.shape[1] + 1)
+    Rbar = R if neighbors is None else neighbor_average(R, neighbors)
     f = Rbar.sum(dim=0).clamp_min(1e-12)  # (k,) soft cluster sizes
     P = Rbar.square() / f.pow(balance)  # (n, k)
     return P / P.sum(dim=1, keepdim=True).clamp_min(1e-12)
