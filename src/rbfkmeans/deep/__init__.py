@@ -11,7 +11,7 @@ from the saved files.
 from __future__ import annotations
 
 from .datasets import DATASETS, Dataset, load_dataset
-from .joint import DeepClusterer, epoch_temperatures, init_centroids
+from .joint import DeepClusterer
 from .losses import (
     fenchel_young_loss,
     mapping_entropy,
@@ -21,6 +21,7 @@ from .losses import (
 )
 from .metrics import ari, cluster_acc, evaluate, nmi
 from .models import mlp, mlp_autoencoder
+from .start import epoch_temperatures, init_centroids
 
 __all__ = [
     "DATASETS",

@@ -46,8 +46,6 @@ the largest cluster along its principal axis.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -55,10 +53,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._validation import check_positive_int
 from ..assignments import check_assignment, get_assignment
 from ..layer import KMeansLayer
-from ..schedules import critical_temperature, geometric_schedule
+from ..schedules import critical_temperature
+from ._parameters import RULES
 from .guard import collapse_guard
 from .losses import (
     fenchel_young_loss,
@@ -66,72 +64,9 @@ from .losses import (
     neighbor_contrastive_loss,
     self_training_targets,
 )
+from .start import epoch_temperatures, init_centroids
 
-__all__ = ["DeepClusterer", "epoch_temperatures", "init_centroids"]
-
-
-# -- pure functions -------------------------------------------------------------------------------
-
-
-def epoch_temperatures(T_start: float, T_end: float, epochs: int) -> np.ndarray:
-    """``epochs`` temperatures cooling geometrically from ``T_start`` to ``T_end`` (constant when
-    they are equal), drawn from :func:`rbfkmeans.schedules.geometric_schedule`."""
-    epochs = check_positive_int(epochs, "epochs")
-    if T_start < T_end:
-        raise ValueError(f"need T_start >= T_end; got T_start={T_start!r}, T_end={T_end!r}")
-    if epochs == 1 or T_start == T_end or T_end <= 0:
-        return np.full(epochs, float(T_start if T_end > 0 else T_end))
-    ratio = (T_end / T_start) ** (1.0 / (epochs - 1))
-    ladder = geometric_schedule(T_start, T_end, ratio)
-    idx = np.round(np.linspace(0, len(ladder) - 1, epochs)).astype(int)
-    return ladder[idx]
-
-
-def init_centroids(
-    Z: np.ndarray, n_clusters: int, assignment: str = "softmax", random_state: int | None = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """Centroids (k, p) and labels (n,) of :class:`~rbfkmeans.RBFKMeans` (annealed on the
-    geometric ladder, then a hard Lloyd polish and the swap search) fitted to embeddings ``Z``
-    (n, p) with the same mapping."""
-    from ..estimator import RBFKMeans
-
-    est = RBFKMeans(n_clusters, assignment=assignment, schedule="geometric",
-                    random_state=random_state).fit(Z)
-    return np.asarray(est.cluster_centers_), np.asarray(est.labels_)
-
-
-# -- the trainer ----------------------------------------------------------------------------------
-
-_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "kmeans_weight": ("a finite number >= 0", lambda v: _real(v) and 0 <= v < math.inf),
-    "recon_weight": ("a finite number >= 0", lambda v: _real(v) and 0 <= v < math.inf),
-    "self_training_weight": ("a finite number >= 0", lambda v: _real(v) and 0 <= v < math.inf),
-    "T_start": ("a finite number > 0", lambda v: _real(v) and 0 < v < math.inf),
-    "T_end": ("a finite number > 0", lambda v: _real(v) and 0 < v < math.inf),
-    "lr": ("a finite number > 0", lambda v: _real(v) and 0 < v < math.inf),
-    "pretrain_lr": ("a finite number > 0", lambda v: _real(v) and 0 < v < math.inf),
-    "min_cluster_fraction": ("a number in [0, 1)", lambda v: _real(v) and 0 <= v < 1),
-    "merge_tol": ("a finite number >= 0", lambda v: _real(v) and 0 <= v < math.inf),
-    "n_clusters": ("an integer >= 2", lambda v: _int(v) and v >= 2),
-    "n_neighbors": ("an integer >= 0", lambda v: _int(v) and v >= 0),
-    "pretrain_epochs": ("an integer >= 0", lambda v: _int(v) and v >= 0),
-    "epochs": ("an integer >= 0", lambda v: _int(v) and v >= 0),
-    "batch_size": ("an integer >= 1", lambda v: _int(v) and v >= 1),
-    "target_update": ("an integer >= 1", lambda v: _int(v) and v >= 1),
-    "contrastive_weight": ("a finite number >= 0", lambda v: _real(v) and 0 <= v < math.inf),
-    "contrastive_temperature": ("a finite number > 0", lambda v: _real(v) and 0 < v < math.inf),
-    "target_balance": ("a number in [0, 1]", lambda v: _real(v) and 0 <= v <= 1),
-    "normalize": ("True or False", lambda v: isinstance(v, bool)),
-    "neighbor_labels": ("True or False", lambda v: isinstance(v, bool)),
-}
-
-
-def _real(v: Any) -> bool:
-    return isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool)
-
-
-def _int(v: Any) -> bool:
-    return isinstance(v, int | np.integer) and not isinstance(v, bool)
+__all__ = ["DeepClusterer"]
 
 
 class DeepClusterer:
@@ -282,7 +217,7 @@ class DeepClusterer:
         return cls(encoder, decoder, n_clusters, random_state=random_state, **kwargs)
 
     def _check_params(self) -> None:
-        for name, (rule, ok) in _RULES.items():
+        for name, (rule, ok) in RULES.items():
             value = getattr(self, name)
             if not ok(value):
                 raise ValueError(f"{name} must be {rule}; got {value!r}")

@@ -1,0 +1,45 @@
+"""The validation table of :class:`~rbfkmeans.deep.DeepClusterer`'s parameters: name ->
+(what it must be, the check). ``DeepClusterer`` raises ``ValueError`` naming the parameter, the
+rule and the value for the first that fails."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+__all__ = ["RULES"]
+
+
+def _real(v: Any) -> bool:
+    return isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool)
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int | np.integer) and not isinstance(v, bool)
+
+
+RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "kmeans_weight": ("a finite number >= 0", lambda v: _real(v) and 0 <= v < math.inf),
+    "recon_weight": ("a finite number >= 0", lambda v: _real(v) and 0 <= v < math.inf),
+    "self_training_weight": ("a finite number >= 0", lambda v: _real(v) and 0 <= v < math.inf),
+    "T_start": ("a finite number > 0", lambda v: _real(v) and 0 < v < math.inf),
+    "T_end": ("a finite number > 0", lambda v: _real(v) and 0 < v < math.inf),
+    "lr": ("a finite number > 0", lambda v: _real(v) and 0 < v < math.inf),
+    "pretrain_lr": ("a finite number > 0", lambda v: _real(v) and 0 < v < math.inf),
+    "min_cluster_fraction": ("a number in [0, 1)", lambda v: _real(v) and 0 <= v < 1),
+    "merge_tol": ("a finite number >= 0", lambda v: _real(v) and 0 <= v < math.inf),
+    "n_clusters": ("an integer >= 2", lambda v: _int(v) and v >= 2),
+    "n_neighbors": ("an integer >= 0", lambda v: _int(v) and v >= 0),
+    "pretrain_epochs": ("an integer >= 0", lambda v: _int(v) and v >= 0),
+    "epochs": ("an integer >= 0", lambda v: _int(v) and v >= 0),
+    "batch_size": ("an integer >= 1", lambda v: _int(v) and v >= 1),
+    "target_update": ("an integer >= 1", lambda v: _int(v) and v >= 1),
+    "contrastive_weight": ("a finite number >= 0", lambda v: _real(v) and 0 <= v < math.inf),
+    "contrastive_temperature": ("a finite number > 0", lambda v: _real(v) and 0 < v < math.inf),
+    "target_balance": ("a number in [0, 1]", lambda v: _real(v) and 0 <= v <= 1),
+    "normalize": ("True or False", lambda v: isinstance(v, bool)),
+    "neighbor_labels": ("True or False", lambda v: isinstance(v, bool)),
+}

@@ -1,0 +1,44 @@
+"""The start of joint training: the first centroids and the temperatures of the joint epochs.
+
+* :func:`init_centroids` -- :class:`~rbfkmeans.RBFKMeans` on the pretrained embedding, with the
+  layer's mapping (the "two-step" result and the centroids joint training starts from);
+* :func:`epoch_temperatures` -- one temperature per joint epoch, cooling geometrically,
+  ``T_e = T_start (T_end / T_start)^{e / (E - 1)}`` (read off
+  :func:`rbfkmeans.schedules.geometric_schedule`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._validation import check_positive_int
+from ..schedules import geometric_schedule
+
+__all__ = ["epoch_temperatures", "init_centroids"]
+
+
+def epoch_temperatures(T_start: float, T_end: float, epochs: int) -> np.ndarray:
+    """``epochs`` temperatures cooling geometrically from ``T_start`` to ``T_end`` (constant when
+    they are equal), drawn from :func:`rbfkmeans.schedules.geometric_schedule`."""
+    epochs = check_positive_int(epochs, "epochs")
+    if T_start < T_end:
+        raise ValueError(f"need T_start >= T_end; got T_start={T_start!r}, T_end={T_end!r}")
+    if epochs == 1 or T_start == T_end or T_end <= 0:
+        return np.full(epochs, float(T_start if T_end > 0 else T_end))
+    ratio = (T_end / T_start) ** (1.0 / (epochs - 1))
+    ladder = geometric_schedule(T_start, T_end, ratio)
+    idx = np.round(np.linspace(0, len(ladder) - 1, epochs)).astype(int)
+    return ladder[idx]
+
+
+def init_centroids(
+    Z: np.ndarray, n_clusters: int, assignment: str = "softmax", random_state: int | None = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Centroids (k, p) and labels (n,) of :class:`~rbfkmeans.RBFKMeans` (annealed on the
+    geometric ladder, then a hard Lloyd polish and the swap search) fitted to embeddings ``Z``
+    (n, p) with the same mapping."""
+    from ..estimator import RBFKMeans
+
+    est = RBFKMeans(n_clusters, assignment=assignment, schedule="geometric",
+                    random_state=random_state).fit(Z)
+    return np.asarray(est.cluster_centers_), np.asarray(est.labels_)
