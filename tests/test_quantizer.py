@@ -5,6 +5,7 @@ half precision, two gloo processes, and every error message."""
 from __future__ import annotations
 
 import doctest
+import gc
 import math
 import pickle
 import re
@@ -592,6 +593,11 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         results["ddp"] = {"codebook": vq.codebook.detach().clone(),
                           "initialized": bool(vq.initialized),
                           "unused_steps": vq.unused_steps.clone()}
+        # DDP's reducer must go before its process group: destroyed after it, at interpreter
+        # exit, it can abort the worker ("terminate called without an active exception")
+        del ddp, opt
+        gc.collect()  # the reducer may sit in a reference cycle
+        torch.distributed.barrier()
     with open(Path(out_dir) / f"rank{rank}.pkl", "wb") as f:
         pickle.dump(results, f)
 
