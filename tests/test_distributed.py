@@ -249,7 +249,17 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
                 "n_trials": res.n_trials, "n_iter": res.n_iter,
                 "labels": gather_rows(res.labels).numpy()}
 
-    out.update(swaps=swaps, memmap_shard=memmap_shard, seed_none=seed_none, tiny_shard=tiny_shard,
+    def bounded() -> Any:  # the bounded passes keep per-rank sums and reduce them every call
+        from rbfkmeans.comm import Comm
+        from rbfkmeans.lloyd import lloyd
+        from rbfkmeans.passes import Data
+
+        data = Data(torch.as_tensor(Xl), torch.as_tensor(wl), comm=Comm.auto())
+        res = lloyd(data, torch.as_tensor(X[:K]), bounds=True)
+        return {"centers": res.C.numpy(), "inertia": res.inertia, "n_iter": res.n_iter,
+                "labels": gather_rows(res.labels).numpy()}
+
+    out.update(bounded=bounded, swaps=swaps, memmap_shard=memmap_shard, seed_none=seed_none, tiny_shard=tiny_shard,
                relocation=relocation, callable_init=callable_init, float32=float32,
                too_few=too_few, nan_on_one_rank=nan_on_one_rank, widths_differ=widths_differ,
                random_init=random_init, batches=batches, ddp=ddp, broadcast=broadcast,
@@ -426,6 +436,22 @@ def test_swap_search_equals_single_process(ranks: list[dict[str, Any]]) -> None:
         assert got["inertia"] == pytest.approx(ref.inertia, rel=1e-9)
         assert (got["n_swaps"], got["n_trials"], got["n_iter"]) == \
             (ref.n_swaps, ref.n_trials, ref.n_iter)
+        np.testing.assert_array_equal(got["labels"], ref.labels.numpy())
+
+
+def test_bounded_lloyd_equals_single_process(ranks: list[dict[str, Any]]) -> None:
+    from rbfkmeans.lloyd import lloyd
+    from rbfkmeans.passes import Data
+
+    X, w = _data()
+    data = Data(torch.as_tensor(X), torch.as_tensor(w))
+    ref = lloyd(data, torch.as_tensor(X[:K]), bounds=False)
+    for res in ranks:
+        got = res["bounded"]
+        assert not isinstance(got, tuple), got
+        np.testing.assert_allclose(got["centers"], ref.C.numpy(), rtol=1e-12, atol=1e-12)
+        assert got["inertia"] == pytest.approx(ref.inertia, rel=1e-12)
+        assert got["n_iter"] == ref.n_iter
         np.testing.assert_array_equal(got["labels"], ref.labels.numpy())
 
 

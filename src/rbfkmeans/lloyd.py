@@ -27,9 +27,13 @@ import torch
 from torch import Tensor
 
 from ._validation import check_nonnegative, check_positive_int
+from .bounds import BoundedAssignment
 from .passes import Data, Stats, cluster_stats, nearest
 
 __all__ = ["LloydResult", "farthest_points", "lloyd", "mean_update", "relocate_empty"]
+
+#: :func:`lloyd` bounds its passes (``bounds=None``) from this many point-centroid pairs on
+BOUNDS_MIN_ENTRIES = 1 << 20
 
 
 @dataclass
@@ -137,6 +141,7 @@ def lloyd(
     max_iter: int = 300,
     tol: float = 0.0,
     callback: Callable[[int, Tensor, Stats], None] | None = None,
+    bounds: bool | None = None,
 ) -> LloydResult:
     r"""Hard Lloyd iterations ``c_j <- mean of S_j`` from ``C0`` (k, d).
 
@@ -147,6 +152,12 @@ def lloyd(
     stats)`` is called after each assignment pass (``stats`` with the objective at ``C``).
     With ``data.metric`` cosine this is spherical k-means: ``C0`` is projected onto the sphere
     and each update is ``c_j <- m_j / ||m_j||``.
+
+    With ``bounds`` (and no ``callback``, on sqeuclidean data) the passes after the first skip
+    the points whose label cannot have changed (:class:`rbfkmeans.bounds.BoundedAssignment`;
+    the sums are then kept in float64): the same Lloyd iterations up to rounding, at a fraction
+    of the cost once few labels move. ``None`` (default) uses them from ``n k >= 2^20`` on
+    (measured: below that their bookkeeping costs more than the distances it saves).
     """
     max_iter = check_positive_int(max_iter, "max_iter")
     check_nonnegative(tol, "tol")
@@ -154,10 +165,19 @@ def lloyd(
     comm = data.comm
     labels_old: Tensor | None = None
     converged = False
+    bounded = None
+    if bounds is None:  # every rank decides alike (the two passes reduce different tensors)
+        n_total = sum(comm.counts(data.n)) if comm.active else data.n
+        bounds = n_total * C.shape[0] >= BOUNDS_MIN_ENTRIES
+    if bounds and callback is None and data.metric.name == "sqeuclidean":
+        bounded = BoundedAssignment(data)
     it = 0
     for it in range(1, max_iter + 1):
-        st = cluster_stats(data, C, 0.0, "hard", return_labels=True,
-                           objective=callback is not None)
+        if bounded is not None:
+            st = bounded(C)
+        else:
+            st = cluster_stats(data, C, 0.0, "hard", return_labels=True,
+                               objective=callback is not None)
         assert st.labels is not None
         if callback is not None:
             callback(it, C, st)

@@ -1,0 +1,184 @@
+r"""Hard assignment passes that skip the points whose nearest centroid cannot have changed.
+
+Late Lloyd iterations move the centroids a little and change few labels, yet a full pass computes
+all ``n k`` distances. Following Hamerly (2010), each point keeps an upper bound on the distance
+to its centroid and a lower bound on the distance to every other one,
+
+.. math::
+
+    u_i \ge \lVert x_i - c_{a_i} \rVert, \qquad
+    l_i \le \min_{j \ne a_i} \lVert x_i - c_j \rVert ,
+
+and when the centroids move by ``delta_j = ||c_j^new - c_j||`` the triangle inequality keeps them
+valid as ``u_i <- u_i + delta_{a_i}`` and ``l_i <- l_i - max_{j != a_i} delta_j``. With
+``s_j = min_{l != j} ||c_j - c_l|| / 2`` every other centroid is also at least ``2 s_{a_i} - u_i``
+away, so with ``z_i = max(l_i, 2 s_{a_i} - u_i)`` a point keeps its label when
+
+.. math::
+
+    z_i > u_i \quad\text{and}\quad z_i^2 - u_i^2 > 2 e_i, \qquad e_i = 2 (d + 4)\, \epsilon\, (\lVert x_i \rVert^2 + \max_j
+    \lVert c_j \rVert^2),
+
+where ``e_i`` bounds the rounding error of a squared distance computed by the one-matmul
+expansion: the label a full pass would compute is then the same. For the other points ``u_i`` is
+first made exact (one distance); those still in doubt get all ``k`` distances (their nearest and
+second-nearest centroid reset both bounds).
+
+The statistics ``N_j, S_j`` of a cluster whose members are unchanged are kept; the others are
+summed again over their members, in row order as a full pass sums them. The labels, and so the
+whole Lloyd trajectory, are those of :func:`rbfkmeans.passes.cluster_stats`' hard pass except
+where two centroids are within rounding of a tie for a point.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .distances import cross_term, row_min, row_norms_sq
+from .passes import Data, Stats
+
+__all__ = ["BoundedAssignment"]
+
+
+def _two_nearest(data: Data, rows: Tensor | slice, C: Tensor, C_sq: Tensor
+                 ) -> tuple[Tensor, Tensor, Tensor]:
+    """Squared distances to the nearest and second-nearest centroid (float64) and the nearest
+    index, for the rows ``rows`` (computed exactly as the hard pass computes its labels)."""
+    G = cross_term(data.X[rows], C, C_sq)  # (b, k)
+    g1, lab = row_min(G)
+    if C.shape[0] > 1:
+        g2 = G.scatter_(1, lab.unsqueeze(1), math.inf).amin(dim=1)
+    else:
+        g2 = torch.full_like(g1, math.inf)
+    X_sq = data.X_sq[rows]
+    return (g1 + X_sq).double(), (g2 + X_sq).double(), lab
+
+
+class BoundedAssignment:
+    """The hard pass of a Lloyd run (module docstring): call it with the centroids of each
+    iteration; it returns their :class:`~rbfkmeans.passes.Stats` (``N``, ``S`` summed over the
+    ranks, ``labels`` a new tensor each call; the objectives are NaN, as with
+    ``objective=False``).
+
+    Holds three per-point vectors (labels, ``u``, ``l``) and works on ``data``'s sqeuclidean
+    rows; chunks of the points in doubt bound the temporaries as a full pass does.
+    """
+
+    def __init__(self, data: Data) -> None:
+        if data.metric.name != "sqeuclidean":
+            raise ValueError(f"bounded passes need sqeuclidean data; got {data.metric.name!r}")
+        self.data = data
+        eps = torch.finfo(data.X.dtype).eps
+        self._coef = 2.0 * (data.d + 4) * eps
+        self._e_x = self._coef * data.X_sq.double()  # (n,) the ||x||^2 part of e_i
+        self.labels: Tensor | None = None
+        self._C: Tensor | None = None
+        self._u = self._l = self._N = self._S = None  # type: Tensor | None
+        self.n_full = 0  # points that got all k distances, over every call (a diagnostic)
+
+    def _bounds(self, D1: Tensor, D2: Tensor, e: Tensor) -> tuple[Tensor, Tensor]:
+        return (D1 + e).clamp_(min=0.0).sqrt_(), (D2 - e).clamp_(min=0.0).sqrt_()
+
+    def _full(self, C: Tensor, C_sq: Tensor, e_c: float) -> None:
+        data = self.data
+        n = data.n
+        self.labels = torch.empty(n, dtype=torch.long, device=data.X.device)
+        self._u = torch.empty(n, dtype=torch.float64, device=data.X.device)
+        self._l = torch.empty_like(self._u)
+        for s in data.chunks(C.shape[0]):
+            D1, D2, lab = _two_nearest(data, s, C, C_sq)
+            self.labels[s] = lab
+            self._u[s], self._l[s] = self._bounds(D1, D2, self._e_x[s] + e_c)
+        self.n_full += n
+        k, d = C.shape
+        self._N = torch.zeros(k, dtype=torch.float64, device=data.X.device)
+        self._S = torch.zeros(k, d, dtype=torch.float64, device=data.X.device)
+        self._count = torch.zeros(k, dtype=torch.long, device=data.X.device)
+        self._accumulate(slice(None), self.labels)
+
+    def _accumulate(self, rows: Tensor | slice, labels: Tensor, sign: int = 1) -> None:
+        """Add (``sign = 1``) or remove (``-1``) the points ``rows`` with labels ``labels`` to or
+        from the float64 sums ``N``, ``S`` and the member counts, chunk by chunk."""
+        data = self.data
+        assert self._N is not None and self._S is not None
+        idx = rows if isinstance(rows, Tensor) else None
+        total = data.n if idx is None else int(idx.numel())
+        step = data.rows(self._S.shape[1])
+        for start in range(0, total, step):
+            part = slice(start, min(start + step, total))
+            sel = part if idx is None else idx[part]
+            lab = labels[part]
+            Xc = data.X[sel].double()
+            ones = torch.full((Xc.shape[0],), sign, dtype=torch.long, device=Xc.device)
+            self._count.index_add_(0, lab, ones)
+            wc = ones.double() if data.w is None else sign * data.w[sel].double()
+            self._N.index_add_(0, lab, wc)
+            self._S.index_add_(0, lab, Xc * wc.unsqueeze(1))
+
+    def _update(self, C: Tensor, C_sq: Tensor, e_c: float) -> None:
+        data = self.data
+        assert self._C is not None and self.labels is not None
+        assert self._u is not None and self._l is not None
+        k = C.shape[0]
+        labels, u, l = self.labels, self._u, self._l
+        delta = (C.double() - self._C.double()).norm(dim=1).mul_(1.0 + 1e-12)  # (k,)
+        u.add_(delta[labels])
+        if k > 1:
+            top, arg = delta.topk(2)
+            l.sub_(torch.where(labels == arg[0], top[1], top[0]))
+            Cd = C.double()
+            gap = torch.cdist(Cd, Cd).fill_diagonal_(math.inf).amin(dim=1)  # (k,) 2 s_j
+            z = torch.maximum(l, gap[labels] - u)
+        else:
+            z = torch.full_like(u, math.inf)
+        e = self._e_x + e_c
+        doubt = ((z <= u) | ((z - u) * (z + u) <= 2.0 * e)).nonzero().squeeze(1)
+        if doubt.numel() == 0:
+            return
+        # the exact distance to the own centroid first (one per point)
+        lab_d = labels[doubt]
+        Xd = data.X[doubt]
+        own = (data.X_sq[doubt] + (C_sq[lab_d] - 2.0 * (Xd * C[lab_d]).sum(dim=1))).double()
+        u_d = (own + e[doubt]).clamp_(min=0.0).sqrt_()
+        u[doubt] = u_d
+        z_d = z[doubt]
+        doubt = doubt[(z_d <= u_d) | ((z_d - u_d) * (z_d + u_d) <= 2.0 * e[doubt])]
+        if doubt.numel() == 0:
+            return
+        old = labels[doubt]
+        step = data.rows(k)
+        for start in range(0, int(doubt.numel()), step):
+            rows = doubt[start : start + step]
+            D1, D2, lab = _two_nearest(data, rows, C, C_sq)
+            labels[rows] = lab
+            u[rows], l[rows] = self._bounds(D1, D2, e[rows])
+        self.n_full += int(doubt.numel())
+        moved = (labels[doubt] != old).nonzero().squeeze(1)
+        if moved.numel():
+            rows = doubt[moved]
+            self._accumulate(rows, old[moved], -1)  # out of the sums of their old labels
+            self._accumulate(rows, labels[rows])  # into those of their new ones
+            gone = self._count == 0  # exactly empty (float sums may keep a rounding residue)
+            self._N[gone] = 0.0
+            self._S[gone] = 0.0
+
+    @torch.no_grad()
+    def __call__(self, C: Tensor) -> Stats:
+        data = self.data
+        C = data.check_centroids(C)
+        C_sq = row_norms_sq(C)
+        e_c = self._coef * float(C_sq.max()) if C.shape[0] else 0.0
+        if self.labels is None or self._C is None or self._C.shape != C.shape:
+            self._full(C, C_sq, e_c)
+        else:
+            self._update(C, C_sq, e_c)
+        self._C = C.clone()
+        assert self._N is not None and self._S is not None and self.labels is not None
+        dt = data.X.dtype
+        N, S = self._N.to(dt, copy=True), self._S.to(dt, copy=True)  # reduced, not our sums
+        data.comm.sum_(N, S)
+        nan = math.nan
+        return Stats(N, S, nan, nan, nan, self.labels.clone())

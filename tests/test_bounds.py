@@ -1,0 +1,137 @@
+"""Bounded hard passes (Hamerly bounds) against full passes and plain Lloyd."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rbfkmeans.bounds import BoundedAssignment
+from rbfkmeans.lloyd import BOUNDS_MIN_ENTRIES, _lloyd_update, lloyd
+from rbfkmeans.passes import Data, cluster_stats, nearest
+
+
+def _blobs(seed: int, n: int, d: int, centers: int, dtype: torch.dtype = torch.float64
+           ) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    means = 4.0 * torch.randn(centers, d, generator=g, dtype=torch.float64)
+    X = means[torch.randint(0, centers, (n,), generator=g)]
+    return (X + torch.randn(n, d, generator=g, dtype=torch.float64)).to(dtype)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(20, 600), d=st.integers(1, 6),
+       k=st.integers(1, 12), weighted=st.booleans(), chunk=st.sampled_from([None, 7, 64]))
+def test_each_pass_equals_the_full_pass(seed: int, n: int, d: int, k: int, weighted: bool,
+                                        chunk: int | None) -> None:
+    """Along a plain Lloyd trajectory every bounded pass gives the full pass's labels, and its
+    float64 sums equal the full pass's (float64 data)."""
+    X = _blobs(seed, n, d, 5)
+    w = torch.rand(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) \
+        if weighted else None
+    data = Data(X, w, chunk_size=chunk)
+    C = X[torch.randperm(n, generator=torch.Generator().manual_seed(seed + 1))[: min(k, n)]]
+    bounded = BoundedAssignment(data)
+    for _ in range(8):
+        full = cluster_stats(data, C, 0.0, "hard", return_labels=True, objective=False)
+        got = bounded(C)
+        assert torch.equal(got.labels, full.labels)
+        torch.testing.assert_close(got.N, full.N, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(got.S, full.S, rtol=1e-12, atol=1e-9)
+        C, _ = _lloyd_update(data, C, full)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("weighted", [False, True])
+def test_lloyd_with_bounds_equals_plain_lloyd(seed: int, weighted: bool) -> None:
+    X = _blobs(seed, 3000, 5, 12)
+    w = torch.linspace(0.1, 2.0, 3000, dtype=torch.float64) if weighted else None
+    data = Data(X, w, chunk_size=500)
+    C0 = X[:24].clone()
+    plain = lloyd(data, C0, bounds=False)
+    fast = lloyd(data, C0, bounds=True)
+    assert fast.n_iter == plain.n_iter and fast.converged
+    assert torch.equal(fast.labels, plain.labels)
+    torch.testing.assert_close(fast.C, plain.C, rtol=1e-12, atol=1e-12)
+    assert fast.inertia == pytest.approx(plain.inertia, rel=1e-12)
+
+
+def test_bounds_skip_most_points_once_labels_settle() -> None:
+    X = _blobs(0, 4000, 3, 8)
+    data = Data(X)
+    C = lloyd(data, X[:8].clone(), bounds=False).C
+    bounded = BoundedAssignment(data)
+    for _ in range(5):  # at the fixed point nothing moves: no point needs its k distances
+        st_ = bounded(C)
+        C, _ = _lloyd_update(data, C, st_)
+    assert bounded.n_full == data.n  # the first pass only
+
+
+def test_float32_result_is_a_lloyd_fixed_point() -> None:
+    """float32: the sums are kept in float64, so the trajectory may part from plain Lloyd's at
+    rounding level; the result is still a fixed point with the nearest-centroid labels."""
+    X = _blobs(3, 5000, 4, 10, torch.float32)
+    data = Data(X)
+    res = lloyd(data, X[:16].clone(), bounds=True)
+    assert res.converged
+    near = nearest(data, res.C)
+    assert torch.equal(res.labels, near.labels)
+    means = torch.stack([X[res.labels == j].double().mean(dim=0) for j in range(16)])
+    torch.testing.assert_close(res.C.double(), means, rtol=1e-5, atol=1e-5)
+    plain = lloyd(data, X[:16].clone(), bounds=False)
+    assert res.inertia == pytest.approx(plain.inertia, rel=1e-3)
+
+
+def test_empty_clusters_are_relocated_as_plain_lloyd_does() -> None:
+    X = _blobs(1, 2000, 2, 4)
+    C0 = X[:6].clone()
+    C0[0] = 1e3  # far from every point: emptied at once, relocated
+    C0[1] = 1e3 + 1.0
+    data = Data(X)
+    plain, fast = lloyd(data, C0, bounds=False), lloyd(data, C0, bounds=True)
+    assert torch.equal(fast.labels, plain.labels)
+    torch.testing.assert_close(fast.C, plain.C, rtol=1e-12, atol=1e-12)
+
+
+def test_duplicate_points_and_k_equal_n() -> None:
+    X = torch.tensor([[0.0, 0.0], [0.0, 0.0], [1.0, 1.0], [1.0, 1.0], [5.0, 5.0]],
+                     dtype=torch.float64)
+    data = Data(X)
+    for k in (1, 3, 5):
+        plain, fast = lloyd(data, X[-k:].clone(), bounds=False), lloyd(data, X[-k:].clone(),
+                                                                       bounds=True)
+        assert torch.equal(fast.labels, plain.labels)
+        torch.testing.assert_close(fast.C, plain.C)
+
+
+def test_default_uses_bounds_on_large_problems_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    original = BoundedAssignment.__call__
+
+    def spy(self: BoundedAssignment, C: torch.Tensor):  # type: ignore[no-untyped-def]
+        calls.append(C.shape[0])
+        return original(self, C)
+
+    monkeypatch.setattr(BoundedAssignment, "__call__", spy)
+    small = Data(_blobs(0, 200, 2, 3))
+    lloyd(small, small.X[:3].clone())
+    assert not calls
+    k = 64
+    n = BOUNDS_MIN_ENTRIES // k
+    big = Data(_blobs(0, n, 2, 3))
+    lloyd(big, big.X[:k].clone(), max_iter=2)
+    assert calls == [k, k]
+    # a progress callback needs the objective of every pass: the full passes run
+    calls.clear()
+    lloyd(big, big.X[:k].clone(), max_iter=2, callback=lambda it, C, s: None)
+    assert not calls
+
+
+def test_rejects_cosine_data() -> None:
+    data = Data(_blobs(0, 50, 3, 2), metric="cosine")
+    with pytest.raises(ValueError, match="sqeuclidean data; got 'cosine'"):
+        BoundedAssignment(data)
+    res = lloyd(data, data.X[:2].clone(), bounds=True)  # lloyd itself falls back to full passes
+    assert np.isfinite(res.inertia)
