@@ -138,14 +138,20 @@ class BoundedAssignment:
         doubt = ((z <= u) | ((z - u) * (z + u) <= 2.0 * e)).nonzero().squeeze(1)
         if doubt.numel() == 0:
             return
-        # the exact distance to the own centroid first (one per point)
-        lab_d = labels[doubt]
-        Xd = data.X[doubt]
-        own = (data.X_sq[doubt] + (C_sq[lab_d] - 2.0 * (Xd * C[lab_d]).sum(dim=1))).double()
-        u_d = (own + e[doubt]).clamp_(min=0.0).sqrt_()
-        u[doubt] = u_d
-        z_d = z[doubt]
-        doubt = doubt[(z_d <= u_d) | ((z_d - u_d) * (z_d + u_d) <= 2.0 * e[doubt])]
+        # the exact distance to the own centroid first (one per point), in chunks of rows
+        still = []
+        step = data.rows(data.d)
+        for start in range(0, int(doubt.numel()), step):
+            rows = doubt[start : start + step]
+            lab_r = labels[rows]
+            dot = torch.einsum("nd,nd->n", data.X[rows], C[lab_r])
+            e_r = e[rows]
+            u_r = (data.X_sq[rows] + (C_sq[lab_r] - 2.0 * dot)).double().add_(e_r)
+            u_r = u_r.clamp_(min=0.0).sqrt_()
+            u[rows] = u_r
+            z_r = z[rows]
+            still.append(rows[(z_r <= u_r) | ((z_r - u_r) * (z_r + u_r) <= 2.0 * e_r)])
+        doubt = torch.cat(still)
         if doubt.numel() == 0:
             return
         old = labels[doubt]
