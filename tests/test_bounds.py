@@ -135,3 +135,16 @@ def test_rejects_cosine_data() -> None:
         BoundedAssignment(data)
     res = lloyd(data, data.X[:2].clone(), bounds=True)  # lloyd itself falls back to full passes
     assert np.isfinite(res.inertia)
+
+
+def test_bad_input_names_the_parameter() -> None:
+    data = Data(_blobs(0, 40, 2, 2))
+    with pytest.raises(TypeError, match="data must be a rbfkmeans.passes.Data; got Tensor"):
+        BoundedAssignment(data.X)  # type: ignore[arg-type]
+    bounded = BoundedAssignment(data)
+    with pytest.raises(ValueError, match=r"C must have shape \(k, 2\)"):
+        bounded(torch.zeros(3, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match="C must be finite"):
+        bounded(torch.tensor([[0.0, float("nan")]], dtype=torch.float64))
+    with pytest.raises(ValueError, match="bounds must be True, False or None; got 'yes'"):
+        lloyd(data, data.X[:2], bounds="yes")  # type: ignore[arg-type]

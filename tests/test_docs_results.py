@@ -1,6 +1,7 @@
 """The figures in the docs come from the committed results files: the deep-clustering table of
 docs/deep-clustering.md is exactly what ``benchmarks/bench_deep.py --table`` renders from
-``benchmarks/results/deep.json``."""
+``benchmarks/results/deep.json``, the quality and time table of docs/estimator.md what
+``benchmarks/bench_fit.py --table`` renders from ``benchmarks/results/fit.json``."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _bench_deep():  # type: ignore[no-untyped-def]
-    path = ROOT / "benchmarks" / "bench_deep.py"
-    spec = importlib.util.spec_from_file_location("bench_deep", path)
+def _bench(name: str = "bench_deep"):  # type: ignore[no-untyped-def]
+    path = ROOT / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -22,7 +23,7 @@ def _bench_deep():  # type: ignore[no-untyped-def]
 
 
 def test_deep_clustering_docs_table_equals_the_committed_results() -> None:
-    bench = _bench_deep()
+    bench = _bench()
     results = json.loads((ROOT / "benchmarks" / "results" / "deep.json").read_text())
     table = bench.markdown_table(results)
     page = (ROOT / "docs" / "deep-clustering.md").read_text()
@@ -62,3 +63,15 @@ def test_deep_clustering_docs_quote_the_breast_cancer_recheck_on_other_seeds() -
     page = " ".join((ROOT / "docs" / "deep-clustering.md").read_text().split())
     assert f"joint {cell('joint')} against N2D {cell('N2D')}" in page
     assert f"10-19 {cell('joint')} against {cell('N2D')}" in page  # the limitations
+
+
+def test_estimator_docs_table_equals_the_committed_fit_results() -> None:
+    bench = _bench("bench_fit")
+    results = json.loads((ROOT / "benchmarks" / "results" / "fit.json").read_text())
+    page = (ROOT / "docs" / "estimator.md").read_text()
+    start, end = page.index(bench.TABLE_BEGIN), page.index(bench.TABLE_END) + len(bench.TABLE_END)
+    assert page[start:end] == bench.markdown_table(results)
+    summary = results["summary"]
+    assert (f"On {summary['sets_at_or_below_best_peer']} of the {summary['sets']} sets"
+            in page)
+    assert f"{summary['geomean_time_ratio_where_kmeans_over_0.1s']:.2f}x in geometric mean" in page

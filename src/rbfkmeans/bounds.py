@@ -68,6 +68,8 @@ class BoundedAssignment:
     """
 
     def __init__(self, data: Data) -> None:
+        if not isinstance(data, Data):
+            raise TypeError(f"data must be a rbfkmeans.passes.Data; got {type(data).__name__}")
         if data.metric.name != "sqeuclidean":
             raise ValueError(f"bounded passes need sqeuclidean data; got {data.metric.name!r}")
         self.data = data

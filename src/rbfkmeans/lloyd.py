@@ -161,6 +161,8 @@ def lloyd(
     """
     max_iter = check_positive_int(max_iter, "max_iter")
     check_nonnegative(tol, "tol")
+    if bounds is not None and not isinstance(bounds, bool):
+        raise ValueError(f"bounds must be True, False or None; got {bounds!r}")
     C = data.project(data.check_centroids(C0, "C0").clone(), name="C0")
     comm = data.comm
     labels_old: Tensor | None = None
