@@ -193,8 +193,8 @@ def group_stats(
         Xw = Xc if w is None else Xc * w.unsqueeze(1)
         N += Q.sum(dim=0) if w is None else w @ Q
         S.addmm_(Q.T, Xw)
-        zmax, lab = Z.max(dim=1)
         if objective or critical:
+            zmax, lab = Z.max(dim=1)  # (b,) the nearest group (only these passes need it)
             dmin = (data.X_sq[s] - 2.0 * T * zmax).clamp_(min=0.0)  # (b,)
             wd = torch.ones_like(dmin, dtype=torch.float64) if w is None else w.double()
             V.index_add_(0, lab, dmin.double() * wd)
