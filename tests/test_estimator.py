@@ -684,3 +684,56 @@ def test_large_data_polish_and_swaps_on_a_subsample_end_at_a_lloyd_fixed_point_o
     E.RBFKMeans(8, random_state=0, subsample=16).fit(X)
     assert seen
     assert seen[0] < X.shape[0]
+
+
+def test_small_default_fit_keeps_the_better_of_both_ladders(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most SMALL_FIT_ENTRIES point-centroid pairs the default fit also runs the geometric
+    ladder and keeps the lower inertia; its event-driven run is the one n_init=1 makes."""
+    X, _ = make_blobs(n_samples=240, centers=8, cluster_std=2.5, random_state=7)
+    assert X.shape[0] * 8 <= est_mod.SMALL_FIT_ENTRIES
+    runs: list[tuple[str, float]] = []
+    original = RBFKMeans._fit_one
+
+    def spy(self: RBFKMeans, *args: Any) -> dict[str, Any]:
+        out = original(self, *args)
+        runs.append((args[-1], out["inertia"]))
+        return out
+
+    monkeypatch.setattr(RBFKMeans, "_fit_one", spy)
+    default = RBFKMeans(8, random_state=0).fit(X)
+    assert [name for name, _ in runs] == ["splits", "geometric"]
+    assert default.inertia_ == pytest.approx(min(J for _, J in runs), rel=1e-12)
+    runs.clear()
+    single = RBFKMeans(8, n_init=1, random_state=0).fit(X)
+    assert [name for name, _ in runs] == ["splits"]
+    assert default.inertia_ <= single.inertia_ * (1 + 1e-12)
+    # on this set the geometric run wins, and ends at or below KMeans(n_init=10)
+    assert default.inertia_ < single.inertia_ * (1 - 1e-4)
+    assert default.inertia_ <= KMeans(8, n_init=10, random_state=0).fit(X).inertia_ * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("kwargs", [{"n_init": 1}, {"schedule": "geometric"},
+                                    {"assignment": "hard"}, {"init": "k-means++"}])
+def test_small_fit_pairs_ladders_only_by_default(kwargs: dict[str, Any],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    X, _ = make_blobs(n_samples=120, centers=3, random_state=0)
+    schedules: list[str] = []
+    original = RBFKMeans._fit_one
+    monkeypatch.setattr(RBFKMeans, "_fit_one", lambda self, *a: (schedules.append(a[-1]),
+                                                                  original(self, *a))[1])
+    RBFKMeans(3, random_state=0, **kwargs).fit(X)
+    assert len(schedules) == 1
+
+
+def test_larger_default_fit_runs_one_ladder(monkeypatch: pytest.MonkeyPatch) -> None:
+    X, _ = make_blobs(n_samples=600, centers=4, random_state=0)
+    assert X.shape[0] * 4 > est_mod.SMALL_FIT_ENTRIES
+    schedules: list[str] = []
+    original = RBFKMeans._fit_one
+    monkeypatch.setattr(RBFKMeans, "_fit_one", lambda self, *a: (schedules.append(a[-1]),
+                                                                  original(self, *a))[1])
+    default = RBFKMeans(4, random_state=0).fit(X)
+    single = RBFKMeans(4, n_init=1, random_state=0).fit(X)
+    assert schedules == ["splits", "splits"]
+    np.testing.assert_array_equal(default.cluster_centers_, single.cluster_centers_)

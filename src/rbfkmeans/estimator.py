@@ -76,6 +76,10 @@ __all__ = ["RBFKMeans"]
 #: than twice as many), then polishes on all rows.
 SEARCH_MIN_ROWS = 65536
 SEARCH_ROWS_PER_CLUSTER = 256
+#: A default fit of at most this many point-centroid pairs (``n k``: a few hundred points) runs
+#: both ladders and keeps the better: the geometric one is the more thorough search on tiny
+#: data, and the two together still take a few tens of milliseconds there.
+SMALL_FIT_ENTRIES = 2048
 
 
 class RBFKMeans(
@@ -104,7 +108,10 @@ class RBFKMeans(
         A callable is called as ``init(X, n_clusters, random_state)``.
     n_init : "auto" or int, default "auto"
         Number of runs (different seeds); the one with the lowest inertia is kept. ``"auto"``:
-        1, except 10 for ``init="random"`` with ``"hard"`` (as scikit-learn). Annealed runs
+        1, except 10 for ``init="random"`` with ``"hard"`` (as scikit-learn), and 2 for an
+        event-driven fit of at most ``SMALL_FIT_ENTRIES = 2048`` point-centroid pairs (a few
+        hundred points), whose second run takes the geometric ladder (the more thorough search
+        on tiny data, at a few tens of milliseconds). Annealed runs
         differ only by the symmetric-breaking noise, which decides the order of competing splits:
         on well-separated clusters every seed ends at the same partition, on a continuum (the
         pixels of a photograph) the seeds can end up to about 2% apart before the swap search.
@@ -358,12 +365,12 @@ class RBFKMeans(
         abs_tol = float(self.tol) * mean_var
         self.critical_temperature_ = critical_temperature_factor(self.assignment,
                                                                  self.n_clusters) * lam
-        n_init = self._n_init(comm)
-        seeds = torch.tensor([int(rng.randint(np.iinfo(np.int32).max)) for _ in range(n_init)])
+        schedules = self._schedules(data, n_total, self._n_init(comm))
+        seeds = torch.tensor([int(rng.randint(np.iinfo(np.int32).max)) for _ in schedules])
         comm.broadcast_(seeds, src=0)  # random_state=None differs between processes
         best: dict[str, Any] | None = None
-        for run in range(n_init):
-            result = self._fit_one(data, int(seeds[run]), abs_tol, lam, run)
+        for run, schedule in enumerate(schedules):
+            result = self._fit_one(data, int(seeds[run]), abs_tol, lam, run, schedule)
             if best is None or result["inertia"] < best["inertia"]:
                 best = result
         assert best is not None
@@ -402,16 +409,26 @@ class RBFKMeans(
         cooling = 0.85 if self.cooling is None else self.cooling
         return geometric_schedule(T_start, min(T_end, T_start), cooling)
 
-    def _splits(self, data: Data) -> bool:
-        """Whether this fit runs the event-driven ladder."""
+    def _splits(self, data: Data, schedule: str | None = None) -> bool:
+        """Whether a run with ``schedule`` (default: the estimator's) takes the event-driven
+        ladder."""
         init = self._init_name()
-        return (self.schedule == "splits" and self.solver == "lloyd"
+        return ((schedule or self.schedule) == "splits" and self.solver == "lloyd"
                 and data.metric.name == "sqeuclidean" and isinstance(init, str)
                 and init == "mean")
 
+    def _schedules(self, data: Data, n_total: int, n_init: int) -> list[str]:
+        """The ladder of each run: ``n_init`` times the estimator's, except that a default fit
+        (``n_init="auto"``, event-driven) of at most ``SMALL_FIT_ENTRIES`` point-centroid pairs
+        also runs the geometric ladder and keeps the better of the two."""
+        if (self.n_init == "auto" and not self._hard and self._splits(data)
+                and n_total * self.n_clusters <= SMALL_FIT_ENTRIES):
+            return ["splits", "geometric"]
+        return [self.schedule] * n_init
+
     def _anneal(self, data: Data, C: Tensor, abs_tol: float, lam: float, gen: torch.Generator,
-                tick: Callable[[float, int], None] | None) -> AnnealResult:
-        if self._splits(data):
+                tick: Callable[[float, int], None] | None, schedule: str) -> AnnealResult:
+        if self._splits(data, schedule):
             return anneal_splits(
                 data, self.n_clusters, self.assignment,
                 T_start=self.T_start if self.T_start is not None
@@ -433,7 +450,7 @@ class RBFKMeans(
         )
 
     def _fit_one(self, data: Data, seed: int, abs_tol: float, lam: float,
-                 run: int) -> dict[str, Any]:
+                 run: int, schedule: str) -> dict[str, Any]:
         gen = torch.Generator().manual_seed(seed)
         C = initial_centers(data, self.n_clusters, self._init_name(), generator=gen, seed=seed)
         temps: list[float] = []
@@ -441,9 +458,9 @@ class RBFKMeans(
         n_soft_iter = 0
         show = bool(self.verbose) and data.comm.rank == 0
         if not self._hard:
-            total = None if self._splits(data) else len(self._ladder())
+            total = None if self._splits(data, schedule) else len(self._ladder())
             bar = _progress(show, total, f"anneal (run {run + 1})")
-            res = self._anneal(data, C, abs_tol, lam, gen, _ticker(bar))
+            res = self._anneal(data, C, abs_tol, lam, gen, _ticker(bar), schedule)
             if bar is not None:
                 bar.close()
             C, temps, n_soft_iter = res.C, res.temperatures, res.n_iter
@@ -456,7 +473,7 @@ class RBFKMeans(
         else:
             polish_tol = abs_tol
         search = data  # the rows of the polish and the swap search
-        if self._splits(data) and self.subsample is not None:
+        if self._splits(data, schedule) and self.subsample is not None:
             rows = max(SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER * self.n_clusters)
             if 2 * rows < sum(data.comm.counts(data.n)):
                 search = Subsample(data, gen).take(rows)
