@@ -52,7 +52,8 @@ def test_lloyd_with_bounds_equals_plain_lloyd(seed: int, weighted: bool) -> None
     C0 = X[:24].clone()
     plain = lloyd(data, C0, bounds=False)
     fast = lloyd(data, C0, bounds=True)
-    assert fast.n_iter == plain.n_iter and fast.converged
+    assert fast.n_iter == plain.n_iter
+    assert fast.converged
     assert torch.equal(fast.labels, plain.labels)
     torch.testing.assert_close(fast.C, plain.C, rtol=1e-12, atol=1e-12)
     assert fast.inertia == pytest.approx(plain.inertia, rel=1e-12)
@@ -139,7 +140,7 @@ def test_rejects_cosine_data() -> None:
 
 def test_bad_input_names_the_parameter() -> None:
     data = Data(_blobs(0, 40, 2, 2))
-    with pytest.raises(TypeError, match="data must be a rbfkmeans.passes.Data; got Tensor"):
+    with pytest.raises(TypeError, match=r"data must be a rbfkmeans\.passes\.Data; got Tensor"):
         BoundedAssignment(data.X)  # type: ignore[arg-type]
     bounded = BoundedAssignment(data)
     with pytest.raises(ValueError, match=r"C must have shape \(k, 2\)"):

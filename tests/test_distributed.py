@@ -259,8 +259,9 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
         return {"centers": res.C.numpy(), "inertia": res.inertia, "n_iter": res.n_iter,
                 "labels": gather_rows(res.labels).numpy()}
 
-    out.update(bounded=bounded, swaps=swaps, memmap_shard=memmap_shard, seed_none=seed_none, tiny_shard=tiny_shard,
-               relocation=relocation, callable_init=callable_init, float32=float32,
+    out.update(bounded=bounded, swaps=swaps, memmap_shard=memmap_shard, seed_none=seed_none,
+               tiny_shard=tiny_shard, relocation=relocation, callable_init=callable_init,
+               float32=float32,
                too_few=too_few, nan_on_one_rank=nan_on_one_rank, widths_differ=widths_differ,
                random_init=random_init, batches=batches, ddp=ddp, broadcast=broadcast,
                local=local, rank0_messages=rank0_messages, farthest=farthest)

@@ -16,8 +16,8 @@ away, so with ``z_i = max(l_i, 2 s_{a_i} - u_i)`` a point keeps its label when
 
 .. math::
 
-    z_i > u_i \quad\text{and}\quad z_i^2 - u_i^2 > 2 e_i, \qquad e_i = 2 (d + 4)\, \epsilon\, (\lVert x_i \rVert^2 + \max_j
-    \lVert c_j \rVert^2),
+    z_i > u_i \quad\text{and}\quad z_i^2 - u_i^2 > 2 e_i, \qquad
+    e_i = 2 (d + 4)\, \epsilon\, (\lVert x_i \rVert^2 + \max_j \lVert c_j \rVert^2),
 
 where ``e_i`` bounds the rounding error of a squared distance computed by the one-matmul
 expansion: the label a full pass would compute is then the same. For the other points ``u_i`` is
@@ -76,9 +76,12 @@ class BoundedAssignment:
         eps = torch.finfo(data.X.dtype).eps
         self._coef = 2.0 * (data.d + 4) * eps
         self._e_x = self._coef * data.X_sq.double()  # (n,) the ||x||^2 part of e_i
-        self.labels: Tensor | None = None
-        self._C: Tensor | None = None
-        self._u = self._l = self._N = self._S = None  # type: Tensor | None
+        dev = data.X.device
+        self.labels = torch.empty(0, dtype=torch.long, device=dev)  # (n,) after the first call
+        self._u = self._l = torch.empty(0, dtype=torch.float64, device=dev)  # (n,) the bounds
+        self._N = self._S = torch.empty(0, dtype=torch.float64, device=dev)  # (k,), (k, d) sums
+        self._count = torch.empty(0, dtype=torch.long, device=dev)  # (k,) members
+        self._C: Tensor | None = None  # the centroids of the last call
         self.n_full = 0  # points that got all k distances, over every call (a diagnostic)
 
     def _bounds(self, D1: Tensor, D2: Tensor, e: Tensor) -> tuple[Tensor, Tensor]:
@@ -105,7 +108,6 @@ class BoundedAssignment:
         """Add (``sign = 1``) or remove (``-1``) the points ``rows`` with labels ``labels`` to or
         from the float64 sums ``N``, ``S`` and the member counts, chunk by chunk."""
         data = self.data
-        assert self._N is not None and self._S is not None
         idx = rows if isinstance(rows, Tensor) else None
         total = data.n if idx is None else int(idx.numel())
         step = data.rows(self._S.shape[1])
@@ -120,13 +122,11 @@ class BoundedAssignment:
             self._N.index_add_(0, lab, wc)
             self._S.index_add_(0, lab, Xc * wc.unsqueeze(1))
 
-    def _update(self, C: Tensor, C_sq: Tensor, e_c: float) -> None:
+    def _update(self, C: Tensor, C_prev: Tensor, C_sq: Tensor, e_c: float) -> None:
         data = self.data
-        assert self._C is not None and self.labels is not None
-        assert self._u is not None and self._l is not None
         k = C.shape[0]
         labels, u, l = self.labels, self._u, self._l
-        delta = (C.double() - self._C.double()).norm(dim=1).mul_(1.0 + 1e-12)  # (k,)
+        delta = (C.double() - C_prev.double()).norm(dim=1).mul_(1.0 + 1e-12)  # (k,)
         u.add_(delta[labels])
         if k > 1:
             top, arg = delta.topk(2)
@@ -179,12 +179,11 @@ class BoundedAssignment:
         C = data.check_centroids(C)
         C_sq = row_norms_sq(C)
         e_c = self._coef * float(C_sq.max()) if C.shape[0] else 0.0
-        if self.labels is None or self._C is None or self._C.shape != C.shape:
+        if self._C is None or self._C.shape != C.shape:
             self._full(C, C_sq, e_c)
         else:
-            self._update(C, C_sq, e_c)
+            self._update(C, self._C, C_sq, e_c)
         self._C = C.clone()
-        assert self._N is not None and self._S is not None and self.labels is not None
         dt = data.X.dtype
         N, S = self._N.to(dt, copy=True), self._S.to(dt, copy=True)  # reduced, not our sums
         data.comm.sum_(N, S)
