@@ -69,13 +69,15 @@ def test_max_swaps_is_passed_on(tmp_path: Path, capsys) -> None:
 
     pts = load_digits().data[::2]  # 899 x 64: the default k=30 fit keeps a swap here
     src = write_csv(tmp_path / "digits.csv", pts, None)
-    fits = {s: RBFKMeans(30, random_state=0, max_swaps=s).fit(pts) for s in (0, 10)}
+    fits = {s: RBFKMeans(30, random_state=0, max_swaps=s).fit(pts) for s in (0, 10, "auto")}
     assert fits[10].n_swaps_ > 0
     assert fits[10].inertia_ < fits[0].inertia_
     for swaps, est in fits.items():
         out = run_ok(["fit", str(src), "-k", "30", "--max-swaps", str(swaps)], capsys)
         assert f"inertia={est.inertia_:.6g}" in out
         assert f"swaps={est.n_swaps_}" in out
+    default = run_ok(["fit", str(src), "-k", "30"], capsys)  # the estimator's default
+    assert f"inertia={fits['auto'].inertia_:.6g}" in default
 
 
 def test_outputs_default_next_to_the_input(tmp_path: Path, capsys) -> None:
