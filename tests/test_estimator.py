@@ -738,24 +738,3 @@ def test_larger_default_fit_runs_one_ladder(monkeypatch: pytest.MonkeyPatch) -> 
     assert schedules == ["splits", "splits"]
     np.testing.assert_array_equal(default.cluster_centers_, single.cluster_centers_)
 
-
-@pytest.mark.parametrize(("k", "given", "expected"), [(8, "auto", 30), (40, "auto", 40),
-                                                     (40, 7, 7)])
-def test_max_swaps_auto_scales_with_k(k: int, given: Any, expected: int,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[int] = []
-    original = est_mod.swap_search
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        seen.append(kwargs["max_swaps"])
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(est_mod, "swap_search", spy)
-    X, _ = make_blobs(n_samples=40 * k, centers=k, random_state=0)
-    RBFKMeans(k, random_state=0, max_swaps=given).fit(X)
-    assert seen == [expected]
-
-
-def test_max_swaps_rejects_other_strings() -> None:
-    with pytest.raises(ValueError, match="max_swaps must be 'auto' or an integer >= 0; got 'all'"):
-        RBFKMeans(3, max_swaps="all").fit(np.zeros((10, 2)) + np.arange(10)[:, None])

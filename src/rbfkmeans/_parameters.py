@@ -70,8 +70,7 @@ PARAMETERS: dict[str, tuple[str, Callable[[Any], bool]]] = {
         "None or a finite number >= 0", lambda v: v is None or (is_real(v) and v >= 0)
     ),
     "perturbation": ("a finite number >= 0", lambda v: is_real(v) and v >= 0),
-    "max_swaps": ("'auto' or an integer >= 0",
-                  lambda v: v == "auto" if isinstance(v, str) else is_int(v) and v >= 0),
+    "max_swaps": ("an integer >= 0", lambda v: is_int(v) and v >= 0),
     "solver": ("'lloyd' or 'gradient'", lambda v: v in ("lloyd", "gradient")),
     "optimizer": ("None or a callable(params) -> torch.optim.Optimizer",
                   lambda v: v is None or callable(v)),

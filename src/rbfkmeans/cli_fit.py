@@ -36,11 +36,6 @@ class InputError(ValueError):
     """A problem with the user's file, reported as one line."""
 
 
-def _auto_or_int(text: str) -> int | str:
-    """``--max-swaps``: ``auto`` or an integer (the estimator checks its range)."""
-    return text if text == "auto" else int(text)
-
-
 def add_fit_parser(sub: Any) -> argparse.ArgumentParser:
     """Register the ``fit`` subcommand on ``sub`` (an ``add_subparsers`` object)."""
     p = sub.add_parser(
@@ -59,9 +54,8 @@ def add_fit_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (created if needed; default: the input's folder)")
     p.add_argument("--random-state", type=int, default=0, help="seed (default: 0)")
-    p.add_argument("--max-swaps", type=_auto_or_int, default="auto",
-                   help="swaps after an annealed fit, at most (default auto: max(30, k); "
-                   "0: none)")
+    p.add_argument("--max-swaps", type=int, default=30,
+                   help="swaps after an annealed fit, at most (default 30, as RBFKMeans; 0: none)")
     p.add_argument("--delimiter", default=None,
                    help="CSV field separator (default ',', tab for .tsv; 'tab' for a tab)")
     p.add_argument("-v", "--verbose", action="store_true", help="progress bar over temperatures")
