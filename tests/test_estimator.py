@@ -23,7 +23,7 @@ from sklearn.datasets import make_blobs
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 
-import rbfkmeans.estimator as est_mod
+import rbfkmeans.runs as runs_mod
 from rbfkmeans import KMeansLayer, RBFKMeans
 from rbfkmeans._parameters import PARAMETERS as _PARAMETERS
 from rbfkmeans.gradient import gradient_step
@@ -180,13 +180,13 @@ def test_hard_string_init_runs_sklearn_lloyd_from_its_seeds(init: str, monkeypat
     as scikit-learn)."""
     X = blobs(150, k=6, d=2, std=1.5, seed=3)
     starts: list[np.ndarray] = []
-    real = est_mod.lloyd
+    real = runs_mod.lloyd
 
     def spy(data, C0, **kw):
         starts.append(C0.detach().numpy().copy())
         return real(data, C0, **kw)
 
-    monkeypatch.setattr(est_mod, "lloyd", spy)
+    monkeypatch.setattr(runs_mod, "lloyd", spy)
     est = RBFKMeans(6, assignment="hard", init=init, random_state=0).fit(X)
     assert len(starts) == (1 if init == "k-means++" else 10)
     rows = {tuple(r) for r in X}
@@ -659,13 +659,13 @@ def test_large_data_polish_and_swaps_on_a_subsample_end_at_a_lloyd_fixed_point_o
     """Above 2 x max(SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER k) rows the polish and the swap
     search run on a subsample; the last polish on all rows makes the result a Lloyd fixed point
     of the full data (labels = nearest centroid, centroids = means of their labels)."""
-    import rbfkmeans.estimator as E
+    import rbfkmeans.runs as E
 
     monkeypatch.setattr(E, "SEARCH_MIN_ROWS", 200)
     monkeypatch.setattr(E, "SEARCH_ROWS_PER_CLUSTER", 16)
     rng = np.random.default_rng(0)
     X = np.concatenate([rng.normal(c, 1.0, size=(500, 3)) for c in range(6)])  # 3000 rows
-    est = E.RBFKMeans(8, random_state=0, subsample=16).fit(X)
+    est = RBFKMeans(8, random_state=0, subsample=16).fit(X)
     C = est.cluster_centers_
     d2 = ((X[:, None, :] - C[None]) ** 2).sum(-1)
     np.testing.assert_array_equal(est.labels_, d2.argmin(1))
@@ -681,7 +681,7 @@ def test_large_data_polish_and_swaps_on_a_subsample_end_at_a_lloyd_fixed_point_o
         return real(data, *a, **kw)
 
     monkeypatch.setattr(E, "swap_search", spy)
-    E.RBFKMeans(8, random_state=0, subsample=16).fit(X)
+    RBFKMeans(8, random_state=0, subsample=16).fit(X)
     assert seen
     assert seen[0] < X.shape[0]
 
@@ -691,7 +691,7 @@ def test_small_default_fit_keeps_the_better_of_both_ladders(
     """At most SMALL_FIT_ENTRIES point-centroid pairs the default fit also runs the geometric
     ladder and keeps the lower inertia; its event-driven run is the one n_init=1 makes."""
     X, _ = make_blobs(n_samples=240, centers=8, cluster_std=2.5, random_state=7)
-    assert X.shape[0] * 8 <= est_mod.SMALL_FIT_ENTRIES
+    assert X.shape[0] * 8 <= runs_mod.SMALL_FIT_ENTRIES
     runs: list[tuple[str, float]] = []
     original = RBFKMeans._fit_one
 
@@ -728,7 +728,7 @@ def test_small_fit_pairs_ladders_only_by_default(kwargs: dict[str, Any],
 
 def test_larger_default_fit_runs_one_ladder(monkeypatch: pytest.MonkeyPatch) -> None:
     X, _ = make_blobs(n_samples=600, centers=4, random_state=0)
-    assert X.shape[0] * 4 > est_mod.SMALL_FIT_ENTRIES
+    assert X.shape[0] * 4 > runs_mod.SMALL_FIT_ENTRIES
     schedules: list[str] = []
     original = RBFKMeans._fit_one
     monkeypatch.setattr(RBFKMeans, "_fit_one", lambda self, *a: (schedules.append(a[-1]),
@@ -738,3 +738,19 @@ def test_larger_default_fit_runs_one_ladder(monkeypatch: pytest.MonkeyPatch) -> 
     assert schedules == ["splits", "splits"]
     np.testing.assert_array_equal(default.cluster_centers_, single.cluster_centers_)
 
+
+
+def test_run_functions_reject_bad_input() -> None:
+    from rbfkmeans.passes import Data
+
+    X, _ = make_blobs(n_samples=60, centers=3, random_state=0)
+    data = Data(torch.as_tensor(X))
+    fitted = RBFKMeans(3, random_state=0).fit(X)
+    with pytest.raises(TypeError, match="est must be an RBFKMeans inside its fit"):
+        runs_mod.run_schedules(RBFKMeans(3), data, 60, 1)
+    with pytest.raises(TypeError, match=r"data must be a rbfkmeans\.passes\.Data; got ndarray"):
+        runs_mod.run_schedules(fitted, X, 60, 1)
+    with pytest.raises(ValueError, match="schedule must be 'splits' or 'geometric'; got 'fast'"):
+        runs_mod.fit_run(fitted, data, 0, 0.0, 1.0, 0, "fast")
+    out = runs_mod.fit_run(fitted, data, 0, 0.0, 1.0, 0, "splits")  # a fitted estimator's run
+    assert out["inertia"] == pytest.approx(fitted.inertia_, rel=1e-9)

@@ -15,7 +15,7 @@ from sklearn.cluster import KMeans
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-import rbfkmeans.estimator as est_mod
+import rbfkmeans.runs as runs_mod
 from rbfkmeans import RBFKMeans
 
 
@@ -97,13 +97,13 @@ def test_explicit_init_with_n_init_warns_and_runs_once(monkeypatch) -> None:
     X = np.random.default_rng(3).normal(size=(60, 2))
     init = X[:3].copy()
     calls: list[int] = []
-    real = est_mod.initial_centers
+    real = runs_mod.initial_centers
 
     def spy(*args, **kw):
         calls.append(1)
         return real(*args, **kw)
 
-    monkeypatch.setattr(est_mod, "initial_centers", spy)
+    monkeypatch.setattr(runs_mod, "initial_centers", spy)
     with pytest.warns(RuntimeWarning, match=r"Explicit initial center position passed: "
                                             r"performing only one init .* n_init=5"):
         est = RBFKMeans(3, assignment="hard", init=init, n_init=5).fit(X)

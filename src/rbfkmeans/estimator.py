@@ -6,23 +6,23 @@ r"""``RBFKMeans``: scikit-learn compatible k-means that anneals a soft RBF assig
     \;\xrightarrow[T\to 0]{}\; J(C) = \sum_i w_i \min_j \lVert x_i - c_j\rVert^2
 
 with ``H`` the entropy matching the mapping (Shannon for softmax, Tsallis-1.5 for entmax15, Gini
-for sparsemax). The fit starts above the first critical temperature ``T_c`` (all centroids at the
-weighted mean), cools geometrically, iterates the soft-Lloyd step ``c_j <- m_j`` (the gradient
-step with ``eta_j = 1/(2 N_j)``) to a fixed point at each temperature, warm-starts the next one,
-stops once every membership is one-hot, and polishes with exact hard Lloyd iterations until the
-labels no longer change: the result is a Lloyd fixed point. A swap search follows. With
-``metric="cosine"`` it is spherical k-means: the same fit on the normalised rows with the centroids
-projected back onto the unit sphere after every update (:mod:`rbfkmeans.metrics`).
+for sparsemax). A fit starts at the weighted mean, above the first critical temperature ``T_c``,
+iterates the soft-Lloyd step ``c_j <- m_j`` (the gradient step with ``eta_j = 1/(2 N_j)``) to a
+fixed point at each temperature of a cooling ladder (by default event-driven: groups of
+coincident centroids split at their own critical temperatures), polishes with exact hard Lloyd
+iterations until the labels no longer change (a Lloyd fixed point) and runs a swap search
+(:mod:`rbfkmeans.runs`). With ``metric="cosine"`` it is spherical k-means: the same fit on the
+normalised rows with the centroids projected back onto the unit sphere after every update
+(:mod:`rbfkmeans.metrics`).
 
 This module is glue: validation (one declarative table), the scikit-learn contract, and the
-calls into :mod:`~rbfkmeans.seeding`, :mod:`~rbfkmeans.annealing`, :mod:`~rbfkmeans.lloyd`,
-:mod:`~rbfkmeans.swaps`, :mod:`~rbfkmeans.gradient` and :mod:`~rbfkmeans.streaming`. It is the
-only place that detects an initialised ``torch.distributed`` group (:meth:`Comm.auto`).
+calls into :mod:`~rbfkmeans.runs` (one run of the fit), :mod:`~rbfkmeans.streaming` and
+:mod:`~rbfkmeans.online`. It is the only place that detects an initialised ``torch.distributed``
+group (:meth:`Comm.auto`).
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -47,39 +47,24 @@ from ._parameters import (
     torch_dtype,
 )
 from ._validation import check_temperature
-from .annealing import AnnealResult, AnnealStep, anneal
 from .assignments import get_assignment
 from .comm import Comm
 from .distances import sq_distances
-from .gradient import GradientStep
 from .layer import KMeansLayer
-from .lloyd import LloydResult, lloyd
 from .mappings import hardmax
 from .metrics import check_nonzero_rows, cosine_similarity, get_metric
 from .online import OnlineFitMixin
-from .passes import Data, Stats, cluster_stats, nearest
+from .passes import Data, cluster_stats, nearest
+from .runs import fit_run, run_schedules
 from .schedules import (
     covariance_spread,
     critical_temperature_factor,
-    geometric_schedule,
     sphere_eigmax,
     sphere_spread,
 )
-from .seeding import initial_centers
-from .splits import Subsample, anneal_splits
-from .swaps import SwapResult, swap_search
 
 __all__ = ["RBFKMeans"]
 
-#: On large data the event-driven fit polishes and searches swaps on a subsample of
-#: ``max(SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER * k)`` rows first (used when the data has more
-#: than twice as many), then polishes on all rows.
-SEARCH_MIN_ROWS = 65536
-SEARCH_ROWS_PER_CLUSTER = 256
-#: A default fit of at most this many point-centroid pairs (``n k``: a few hundred points) runs
-#: both ladders and keeps the better: the geometric one is the more thorough search on tiny
-#: data, and the two together still take a few tens of milliseconds there.
-SMALL_FIT_ENTRIES = 2048
 
 
 class RBFKMeans(
@@ -367,7 +352,7 @@ class RBFKMeans(
         abs_tol = float(self.tol) * mean_var
         self.critical_temperature_ = critical_temperature_factor(self.assignment,
                                                                  self.n_clusters) * lam
-        schedules = self._schedules(data, n_total, self._n_init(comm))
+        schedules = run_schedules(self, data, n_total, self._n_init(comm))
         seeds = torch.tensor([int(rng.randint(np.iinfo(np.int32).max)) for _ in schedules])
         comm.broadcast_(seeds, src=0)  # random_state=None differs between processes
         best: dict[str, Any] | None = None
@@ -402,115 +387,9 @@ class RBFKMeans(
             return "k-means++" if self._hard else "mean"
         return self.init
 
-    def _ladder(self) -> np.ndarray:
-        Tc = self.critical_temperature_
-        T_start = self.T_start if self.T_start is not None else 1.2 * Tc
-        T_end = self.T_end if self.T_end is not None else 1e-6 * Tc
-        if T_start <= 0 or T_end <= 0:  # constant data: nothing to anneal
-            return np.array([])
-        cooling = 0.85 if self.cooling is None else self.cooling
-        return geometric_schedule(T_start, min(T_end, T_start), cooling)
-
-    def _splits(self, data: Data, schedule: str | None = None) -> bool:
-        """Whether a run with ``schedule`` (default: the estimator's) takes the event-driven
-        ladder."""
-        init = self._init_name()
-        return ((schedule or self.schedule) == "splits" and self.solver == "lloyd"
-                and data.metric.name == "sqeuclidean" and isinstance(init, str)
-                and init == "mean")
-
-    def _schedules(self, data: Data, n_total: int, n_init: int) -> list[str]:
-        """The ladder of each run: ``n_init`` times the estimator's, except that a default fit
-        (``n_init="auto"``, event-driven) of at most ``SMALL_FIT_ENTRIES`` point-centroid pairs
-        also runs the geometric ladder and keeps the better of the two."""
-        if (self.n_init == "auto" and not self._hard and self._splits(data)
-                and n_total * self.n_clusters <= SMALL_FIT_ENTRIES):
-            return ["splits", "geometric"]
-        return [self.schedule] * n_init
-
-    def _anneal(self, data: Data, C: Tensor, abs_tol: float, lam: float, gen: torch.Generator,
-                tick: Callable[[float, int], None] | None, schedule: str) -> AnnealResult:
-        if self._splits(data, schedule):
-            return anneal_splits(
-                data, self.n_clusters, self.assignment,
-                T_start=self.T_start if self.T_start is not None
-                else 0.8 * self.critical_temperature_ or None,
-                cooling=0.7 if self.cooling is None else self.cooling,
-                max_iter=self.max_iter_per_temperature or 15, tol=10.0 * abs_tol,
-                stop_gap=float(self.stop_gap), points_per_group=self.subsample, generator=gen,
-                progress=tick,
-            )
-        step: AnnealStep | None = None
-        max_iter = self.max_iter_per_temperature or 50
-        if self.solver == "gradient":
-            step = GradientStep(self.assignment, C, optimizer=self.optimizer, max_iter=max_iter,
-                                tol=abs_tol)
-        return anneal(
-            data, C, self._ladder(), self.assignment, step=step, max_iter=max_iter,
-            tol=abs_tol, perturbation=float(self.perturbation) * math.sqrt(max(lam, 0.0)),
-            generator=gen, stop_gap=float(self.stop_gap), progress=tick,
-        )
-
     def _fit_one(self, data: Data, seed: int, abs_tol: float, lam: float,
                  run: int, schedule: str) -> dict[str, Any]:
-        gen = torch.Generator().manual_seed(seed)
-        C = initial_centers(data, self.n_clusters, self._init_name(), generator=gen, seed=seed)
-        temps: list[float] = []
-        history: list[dict[str, Any]] = []
-        n_soft_iter = 0
-        show = bool(self.verbose) and data.comm.rank == 0
-        if not self._hard:
-            total = None if self._splits(data, schedule) else len(self._ladder())
-            bar = _progress(show, total, f"anneal (run {run + 1})")
-            res = self._anneal(data, C, abs_tol, lam, gen, _ticker(bar), schedule)
-            if bar is not None:
-                bar.close()
-            C, temps, n_soft_iter = res.C, res.temperatures, res.n_iter
-            history = [
-                {"T": h["T"], "centers": _np(h["C"]), "objective": h["objective"],  # type: ignore[arg-type]
-                 "inertia": h["inertia"], "n_soft": h["n_soft"], "n_iter": h["n_iter"]}
-                for h in res.history
-            ]
-            polish_tol = 0.0  # strict: run until the labels settle (a Lloyd fixed point)
-        else:
-            polish_tol = abs_tol
-        search = data  # the rows of the polish and the swap search
-        if self._splits(data, schedule) and self.subsample is not None:
-            rows = max(SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER * self.n_clusters)
-            if 2 * rows < sum(data.comm.counts(data.n)):
-                search = Subsample(data, gen).take(rows)
-        bar = _progress(show, self.max_iter, "lloyd" if self._hard else "hard polish")
-        hard = lloyd(search, C, max_iter=self.max_iter, tol=polish_tol,
-                     callback=_lloyd_ticker(bar))
-        if bar is not None:
-            bar.close()
-        n_hard_iter, n_swaps = hard.n_iter, 0
-        final: LloydResult | SwapResult = hard
-        if not self._hard and self.max_swaps > 0:
-            final = swap_search(search, hard, max_swaps=self.max_swaps, max_iter=self.max_iter,
-                                tol=abs_tol, max_moves=max(1, min(5, self.n_clusters // 4)),
-                                generator=gen)
-            n_hard_iter += final.n_iter
-            n_swaps = final.n_swaps
-        if search is not data:  # the result is a Lloyd fixed point of all the rows
-            bar = _progress(show, self.max_iter, "hard polish (all rows)")
-            final = lloyd(data, final.C, max_iter=self.max_iter, tol=0.0,
-                          callback=_lloyd_ticker(bar))
-            if bar is not None:
-                bar.close()
-            n_hard_iter += final.n_iter
-        if not final.converged and not self._hard and data.comm.rank == 0:
-            warnings.warn(
-                f"the hard Lloyd polish did not settle in max_iter={self.max_iter} iterations; "
-                "increase max_iter",
-                ConvergenceWarning,
-                stacklevel=4,
-            )
-        return {
-            "C": final.C, "labels": final.labels, "inertia": final.inertia,
-            "n_iter": n_soft_iter + n_hard_iter, "n_swaps": n_swaps, "temperatures": temps,
-            "history": history,
-        }
+        return fit_run(self, data, seed, abs_tol, lam, run, schedule)
 
     def _set_fitted(self, best: dict[str, Any], X: np.ndarray, warn: bool = True) -> None:
         self.cluster_centers_ = _np(best["C"]).astype(X.dtype, copy=False)
@@ -643,35 +522,3 @@ class RBFKMeans(
 
 def _np(t: Tensor) -> np.ndarray:
     return t.detach().cpu().numpy()
-
-
-def _progress(show: bool, total: int | None, desc: str) -> Any:
-    if not show:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, leave=False)
-
-
-def _ticker(bar: Any) -> Callable[[float, int], None] | None:
-    """Progress of the annealing ladder: one tick per temperature."""
-    if bar is None:
-        return None
-
-    def tick(T: float, it: int) -> None:
-        bar.set_postfix(T=f"{T:.3g}", iters=it)
-        bar.update(1)
-
-    return tick
-
-
-def _lloyd_ticker(bar: Any) -> Callable[[int, Tensor, Stats], None] | None:
-    """Progress of Lloyd iterations: one tick per iteration, ``J`` as the postfix."""
-    if bar is None:
-        return None
-
-    def tick(it: int, C: Tensor, st: Stats) -> None:
-        bar.set_postfix(J=f"{st.inertia:.6g}")
-        bar.update(1)
-
-    return tick

@@ -1,0 +1,228 @@
+r"""One run of :class:`~rbfkmeans.RBFKMeans`: start, annealing ladder, hard polish, swap search.
+
+A run from a seed ``s`` is
+
+1. the start (:func:`rbfkmeans.seeding.initial_centers`: the data mean for an annealed fit);
+2. the annealing, on one of two ladders: the event-driven one
+   (:func:`rbfkmeans.splits.anneal_splits`, groups of coincident centroids split at their own
+   critical temperatures) or the geometric one (:func:`rbfkmeans.annealing.anneal`, all ``k``
+   centroids through ``T_start, T_start cooling, ...``; also the ladder of other starts, of the
+   gradient solver and of cosine data). ``assignment="hard"`` skips it (plain Lloyd);
+3. the hard Lloyd polish until the labels settle (:func:`rbfkmeans.lloyd.lloyd`), so the result
+   is a Lloyd fixed point;
+4. the swap search (:func:`rbfkmeans.swaps.swap_search`) when annealed.
+
+On more than ``2 max(SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER k)`` rows the event-driven run
+polishes and searches on a random subsample of that size, then polishes once more on all rows.
+:func:`run_schedules` gives the ladder of each run of a fit: a default fit of at most
+``SMALL_FIT_ENTRIES`` point-centroid pairs runs both ladders, and the estimator keeps the lower
+``J``. The run reads its settings from the estimator (its constructor parameters, its ``_hard``,
+``_init_name()`` and ``critical_temperature_``); nothing here validates them.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from sklearn.exceptions import ConvergenceWarning
+from torch import Tensor
+
+from .annealing import AnnealResult, AnnealStep, anneal
+from .gradient import GradientStep
+from .lloyd import LloydResult, lloyd
+from .passes import Data, Stats
+from .schedules import geometric_schedule
+from .seeding import initial_centers
+from .splits import Subsample, anneal_splits
+from .swaps import SwapResult, swap_search
+
+if TYPE_CHECKING:
+    from .estimator import RBFKMeans
+
+__all__ = ["SEARCH_MIN_ROWS", "SEARCH_ROWS_PER_CLUSTER", "SMALL_FIT_ENTRIES", "fit_run",
+           "run_schedules"]
+
+#: On large data the event-driven fit polishes and searches swaps on a subsample of
+#: ``max(SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER * k)`` rows first (used when the data has more
+#: than twice as many), then polishes on all rows.
+SEARCH_MIN_ROWS = 65536
+SEARCH_ROWS_PER_CLUSTER = 256
+#: A default fit of at most this many point-centroid pairs (``n k``: a few hundred points) runs
+#: both ladders and keeps the better: the geometric one is the more thorough search on tiny
+#: data, and the two together still take a few tens of milliseconds there.
+SMALL_FIT_ENTRIES = 2048
+
+
+def _check(est: Any, data: Any, schedule: Any = "splits") -> None:
+    """Raise unless ``est`` is an RBFKMeans whose fit is under way (``critical_temperature_``
+    set), ``data`` a pass context and ``schedule`` a ladder name."""
+    from .estimator import RBFKMeans
+
+    if not isinstance(est, RBFKMeans) or not hasattr(est, "critical_temperature_"):
+        raise TypeError("est must be an RBFKMeans inside its fit (critical_temperature_ set); "
+                        f"got {type(est).__name__}")
+    if not isinstance(data, Data):
+        raise TypeError(f"data must be a rbfkmeans.passes.Data; got {type(data).__name__}")
+    if schedule not in ("splits", "geometric"):
+        raise ValueError(f"schedule must be 'splits' or 'geometric'; got {schedule!r}")
+
+
+def geometric_ladder(est: RBFKMeans) -> np.ndarray:
+    """``T_start, T_start cooling, ...`` down to ``T_end`` (defaults ``1.2 T_c``, ``0.85``,
+    ``1e-6 T_c``); empty for constant data."""
+    Tc = est.critical_temperature_
+    T_start = est.T_start if est.T_start is not None else 1.2 * Tc
+    T_end = est.T_end if est.T_end is not None else 1e-6 * Tc
+    if T_start <= 0 or T_end <= 0:  # constant data: nothing to anneal
+        return np.array([])
+    cooling = 0.85 if est.cooling is None else est.cooling
+    return geometric_schedule(T_start, min(T_end, T_start), cooling)
+
+
+def event_driven(est: RBFKMeans, data: Data, schedule: str | None = None) -> bool:
+    """Whether a run with ``schedule`` (default: the estimator's) takes the event-driven
+    ladder: the Lloyd solver from the mean on sqeuclidean data."""
+    init = est._init_name()
+    return ((schedule or est.schedule) == "splits" and est.solver == "lloyd"
+            and data.metric.name == "sqeuclidean" and isinstance(init, str)
+            and init == "mean")
+
+
+def run_schedules(est: RBFKMeans, data: Data, n_total: int, n_init: int) -> list[str]:
+    """The ladder of each run: ``n_init`` times the estimator's, except that a default fit
+    (``n_init="auto"``, event-driven) of at most ``SMALL_FIT_ENTRIES`` point-centroid pairs
+    also runs the geometric ladder."""
+    _check(est, data)
+    if (est.n_init == "auto" and not est._hard and event_driven(est, data)
+            and n_total * est.n_clusters <= SMALL_FIT_ENTRIES):
+        return ["splits", "geometric"]
+    return [est.schedule] * n_init
+
+
+def _anneal(est: RBFKMeans, data: Data, C: Tensor, abs_tol: float, lam: float,
+            gen: torch.Generator, tick: Callable[[float, int], None] | None,
+            schedule: str) -> AnnealResult:
+    if event_driven(est, data, schedule):
+        return anneal_splits(
+            data, est.n_clusters, est.assignment,
+            T_start=est.T_start if est.T_start is not None
+            else 0.8 * est.critical_temperature_ or None,
+            cooling=0.7 if est.cooling is None else est.cooling,
+            max_iter=est.max_iter_per_temperature or 15, tol=10.0 * abs_tol,
+            stop_gap=float(est.stop_gap), points_per_group=est.subsample, generator=gen,
+            progress=tick,
+        )
+    step: AnnealStep | None = None
+    max_iter = est.max_iter_per_temperature or 50
+    if est.solver == "gradient":
+        step = GradientStep(est.assignment, C, optimizer=est.optimizer, max_iter=max_iter,
+                            tol=abs_tol)
+    return anneal(
+        data, C, geometric_ladder(est), est.assignment, step=step, max_iter=max_iter,
+        tol=abs_tol, perturbation=float(est.perturbation) * math.sqrt(max(lam, 0.0)),
+        generator=gen, stop_gap=float(est.stop_gap), progress=tick,
+    )
+
+
+def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, run: int,
+            schedule: str) -> dict[str, Any]:
+    """One run from ``seed`` (module docstring); ``abs_tol`` is ``tol`` in absolute units,
+    ``lam`` the largest eigenvalue of the data's covariance (the perturbation's scale), ``run``
+    the run's number (progress bars). Returns the centroids, labels, ``J``, iterations, swaps,
+    temperatures run and the annealing history."""
+    _check(est, data, schedule)
+    gen = torch.Generator().manual_seed(seed)
+    C = initial_centers(data, est.n_clusters, est._init_name(), generator=gen, seed=seed)
+    temps: list[float] = []
+    history: list[dict[str, Any]] = []
+    n_soft_iter = 0
+    show = bool(est.verbose) and data.comm.rank == 0
+    hard_only = est._hard
+    if not hard_only:
+        total = None if event_driven(est, data, schedule) else len(geometric_ladder(est))
+        bar = _progress(show, total, f"anneal (run {run + 1})")
+        res = _anneal(est, data, C, abs_tol, lam, gen, _ticker(bar), schedule)
+        if bar is not None:
+            bar.close()
+        C, temps, n_soft_iter = res.C, res.temperatures, res.n_iter
+        history = [
+            {"T": h["T"], "centers": h["C"].detach().cpu().numpy(),  # type: ignore[attr-defined]
+             "objective": h["objective"], "inertia": h["inertia"], "n_soft": h["n_soft"],
+             "n_iter": h["n_iter"]}
+            for h in res.history
+        ]
+        polish_tol = 0.0  # strict: run until the labels settle (a Lloyd fixed point)
+    else:
+        polish_tol = abs_tol
+    search = data  # the rows of the polish and the swap search
+    if event_driven(est, data, schedule) and est.subsample is not None:
+        rows = max(SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER * est.n_clusters)
+        if 2 * rows < sum(data.comm.counts(data.n)):
+            search = Subsample(data, gen).take(rows)
+    bar = _progress(show, est.max_iter, "lloyd" if hard_only else "hard polish")
+    hard = lloyd(search, C, max_iter=est.max_iter, tol=polish_tol, callback=_lloyd_ticker(bar))
+    if bar is not None:
+        bar.close()
+    n_hard_iter, n_swaps = hard.n_iter, 0
+    final: LloydResult | SwapResult = hard
+    if not hard_only and est.max_swaps > 0:
+        final = swap_search(search, hard, max_swaps=est.max_swaps, max_iter=est.max_iter,
+                            tol=abs_tol, max_moves=max(1, min(5, est.n_clusters // 4)),
+                            generator=gen)
+        n_hard_iter += final.n_iter
+        n_swaps = final.n_swaps
+    if search is not data:  # the result is a Lloyd fixed point of all the rows
+        bar = _progress(show, est.max_iter, "hard polish (all rows)")
+        final = lloyd(data, final.C, max_iter=est.max_iter, tol=0.0, callback=_lloyd_ticker(bar))
+        if bar is not None:
+            bar.close()
+        n_hard_iter += final.n_iter
+    if not final.converged and not hard_only and data.comm.rank == 0:
+        warnings.warn(
+            f"the hard Lloyd polish did not settle in max_iter={est.max_iter} iterations; "
+            "increase max_iter",
+            ConvergenceWarning,
+            stacklevel=5,
+        )
+    return {
+        "C": final.C, "labels": final.labels, "inertia": final.inertia,
+        "n_iter": n_soft_iter + n_hard_iter, "n_swaps": n_swaps, "temperatures": temps,
+        "history": history,
+    }
+
+
+def _progress(show: bool, total: int | None, desc: str) -> Any:
+    if not show:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, leave=False)
+
+
+def _ticker(bar: Any) -> Callable[[float, int], None] | None:
+    """Progress of the annealing ladder: one tick per temperature."""
+    if bar is None:
+        return None
+
+    def tick(T: float, it: int) -> None:
+        bar.set_postfix(T=f"{T:.3g}", iters=it)
+        bar.update(1)
+
+    return tick
+
+
+def _lloyd_ticker(bar: Any) -> Callable[[int, Tensor, Stats], None] | None:
+    """Progress of Lloyd iterations: one tick per iteration, ``J`` as the postfix."""
+    if bar is None:
+        return None
+
+    def tick(it: int, C: Tensor, st: Stats) -> None:
+        bar.set_postfix(J=f"{st.inertia:.6g}")
+        bar.update(1)
+
+    return tick
