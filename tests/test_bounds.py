@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rbfkmeans import kernels
 from rbfkmeans.bounds import BoundedAssignment
 from rbfkmeans.lloyd import BOUNDS_MIN_ENTRIES, _lloyd_update, lloyd
 from rbfkmeans.passes import Data, cluster_stats, nearest
@@ -116,6 +117,7 @@ def test_default_uses_bounds_on_large_problems_only(monkeypatch: pytest.MonkeyPa
         return original(self, C)
 
     monkeypatch.setattr(BoundedAssignment, "__call__", spy)
+    monkeypatch.setenv("RBFKMEANS_KERNELS", "0")  # the torch passes: bounds from n k >= 2^20
     small = Data(_blobs(0, 200, 2, 3))
     lloyd(small, small.X[:3].clone())
     assert not calls
@@ -128,6 +130,12 @@ def test_default_uses_bounds_on_large_problems_only(monkeypatch: pytest.MonkeyPa
     calls.clear()
     lloyd(big, big.X[:k].clone(), max_iter=2, callback=lambda it, C, s: None)
     assert not calls
+    # where the full pass runs in the fused kernel (few features on the CPU) it costs less than
+    # the bookkeeping of the bounds: full passes
+    monkeypatch.delenv("RBFKMEANS_KERNELS")
+    lloyd(big, big.X[:k].clone(), max_iter=2)
+    assert calls == ([] if kernels.usable(big.X, k) else [k, k])
+    assert kernels.usable(big.X, k) == kernels.enabled()
 
 
 def test_rejects_cosine_data() -> None:

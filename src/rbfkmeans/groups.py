@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from . import kernels
 from ._validation import check_temperature
 from .assignments import Assignment, get_assignment
 from .distances import row_norms_sq
@@ -168,7 +169,9 @@ def group_stats(
     """One chunked pass over ``data`` with the ``g`` distinct centroids ``C`` (g, d) of
     multiplicities ``m`` (g,) at ``T > 0`` (module docstring). ``critical=True`` also
     accumulates the gain matrices ``A_j`` (float64) and returns each group's critical
-    temperature and principal axis."""
+    temperature and principal axis. On the CPU, up to :data:`rbfkmeans.kernels.MAX_GROUP_DIM`
+    features, the sums come from the fused kernel of :mod:`rbfkmeans.kernels` (the same values
+    up to rounding)."""
     entry = get_assignment(assignment)
     T = check_temperature(T)
     if T == 0 or entry.hard:
@@ -178,12 +181,47 @@ def group_stats(
     g, d = C.shape
     m = _check_multiplicities(m.to(C.device), g)
     dev, dt = data.X.device, data.X.dtype
+    split = (m > 1).nonzero().squeeze(1) if critical else None  # the groups that can split
+    gains = 0 if split is None else int(split.numel())
+    if kernels.usable(data.X, g, group=True, gains=gains):
+        N, S, V, acc, A_k = kernels.group_pass(data.X, C, m, T, entry.name, data.w,
+                                               objective=objective, split=split,
+                                               hard_tol=hard_tol)
+        A = A_k if split is not None else None
+    else:
+        N, S, V, acc, A = _torch_sums(data, C, m, T, entry, objective, split, hard_tol)
+    stacked = [N, S, V, acc] + ([A] if A is not None else [])
+    data.comm.sum_(*stacked)
+    T_crit = axis = None
+    if A is not None and split is not None:
+        T_crit = torch.zeros(g, dtype=torch.float64, device=dev)
+        axis = torch.zeros(g, d, dtype=dt, device=dev)
+        if split.numel():
+            tiny = torch.finfo(torch.float64).tiny
+            scale = m[split].double() / N[split].double().clamp(min=tiny)  # m_j / N_j
+            evals, evecs = torch.linalg.eigh(A * scale.view(-1, 1, 1))  # ascending
+            T_crit[split] = evals[:, -1].clamp(min=0.0)
+            top = evecs[:, :, -1]  # (g', d), each of either sign: make its largest entry positive
+            sign = top.gather(1, top.abs().argmax(dim=1, keepdim=True)).sign()
+            axis[split] = (top * sign).to(dt)
+    F, J, n_soft = acc.tolist() if objective else [math.nan] * 3
+    return GroupStats(N, S, float(F), float(J), float(n_soft), V, T_crit, axis)
+
+
+def _torch_sums(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment, objective: bool,
+                split: Tensor | None,
+                hard_tol: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
+    """The sums of :func:`group_stats` by chunked torch operations: ``N``, ``S``, ``V``,
+    ``acc = [F_T, J, soft weight]`` and the gain matrices of the groups ``split`` (None
+    without)."""
+    g, d = C.shape
+    dev, dt = data.X.device, data.X.dtype
+    critical = split is not None
     C_sq = row_norms_sq(C)
     N = torch.zeros(g, dtype=dt, device=dev)
     S = torch.zeros(g, d, dtype=dt, device=dev)
     V = torch.zeros(g, dtype=torch.float64, device=dev)
     acc = torch.zeros(3, dtype=torch.float64, device=dev)  # F_T, J, soft weight
-    split = (m > 1).nonzero().squeeze(1) if critical else None  # the groups that can split
     A = torch.zeros(len(split), d, d, dtype=torch.float64, device=dev) \
         if split is not None else None
     for s in data.chunks(g):
@@ -217,19 +255,4 @@ def group_stats(
             for i, j in enumerate(split.tolist()):  # one (b, d) buffer at a time
                 Y = Xd - C[j].double()  # (b, d)
                 A[i].addmm_((Y * gw[:, i : i + 1]).T, Y)  # (d, d)
-    stacked = [N, S, V, acc] + ([A] if A is not None else [])
-    data.comm.sum_(*stacked)
-    T_crit = axis = None
-    if A is not None and split is not None:
-        T_crit = torch.zeros(g, dtype=torch.float64, device=dev)
-        axis = torch.zeros(g, d, dtype=dt, device=dev)
-        if split.numel():
-            tiny = torch.finfo(torch.float64).tiny
-            scale = m[split].double() / N[split].double().clamp(min=tiny)  # m_j / N_j
-            evals, evecs = torch.linalg.eigh(A * scale.view(-1, 1, 1))  # ascending
-            T_crit[split] = evals[:, -1].clamp(min=0.0)
-            top = evecs[:, :, -1]  # (g', d), each of either sign: make its largest entry positive
-            sign = top.gather(1, top.abs().argmax(dim=1, keepdim=True)).sign()
-            axis[split] = (top * sign).to(dt)
-    F, J, n_soft = acc.tolist() if objective else [math.nan] * 3
-    return GroupStats(N, S, float(F), float(J), float(n_soft), V, T_crit, axis)
+    return N, S, V, acc, A

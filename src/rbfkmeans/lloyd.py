@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from . import kernels
 from ._validation import check_nonnegative, check_positive_int
 from .bounds import BoundedAssignment
 from .passes import Data, Stats, cluster_stats, nearest
@@ -157,7 +158,12 @@ def lloyd(
     the points whose label cannot have changed (:class:`rbfkmeans.bounds.BoundedAssignment`;
     the sums are then kept in float64): the same Lloyd iterations up to rounding, at a fraction
     of the cost once few labels move. ``None`` (default) uses them from ``n k >= 2^20`` on
-    (measured: below that their bookkeeping costs more than the distances it saves).
+    (measured: below that their bookkeeping costs more than the distances it saves), except
+    where the full pass runs in the fused kernel of :mod:`rbfkmeans.kernels` (few features on
+    the CPU: there a full pass costs less than the bookkeeping). There, in a single process and
+    without a callback, the iterations themselves run in compiled code
+    (:func:`rbfkmeans.kernels.lloyd_run`) until one leaves a cluster empty; the relocation and
+    what follows run here.
     """
     max_iter = check_positive_int(max_iter, "max_iter")
     check_nonnegative(tol, "tol")
@@ -170,11 +176,17 @@ def lloyd(
     bounded = None
     if bounds is None:  # every rank decides alike (the two passes reduce different tensors)
         n_total = sum(comm.counts(data.n)) if comm.active else data.n
-        bounds = n_total * C.shape[0] >= BOUNDS_MIN_ENTRIES
+        bounds = (n_total * C.shape[0] >= BOUNDS_MIN_ENTRIES
+                  and not kernels.usable(data.X, C.shape[0]))
     if bounds and callback is None and data.metric.name == "sqeuclidean":
         bounded = BoundedAssignment(data)
-    it = 0
-    for it in range(1, max_iter + 1):
+    it = done = 0
+    if (bounded is None and callback is None and not comm.active
+            and data.metric.name == "sqeuclidean" and kernels.usable(data.X, C.shape[0])):
+        # the same iterations in compiled code, up to a pass that empties a cluster
+        C, labels_old, done, converged = kernels.lloyd_run(data.X, C, data.w, max_iter, tol)
+        it = done
+    for it in range(done + 1, max_iter + 1) if not converged else ():
         if bounded is not None:
             st = bounded(C)
         else:

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from . import kernels
 from ._validation import check_finite, check_matrix, check_positive_int, check_temperature
 from .assignments import Assignment, get_assignment
 from .comm import Comm
@@ -53,7 +54,8 @@ class Data:
     Parameters
     ----------
     X : Tensor (n, d)
-        float32 or float64 points (this rank's shard under ``torch.distributed``); never modified.
+        float32 or float64 points (this rank's shard under ``torch.distributed``); never modified
+        (copied once when not row-major).
     sample_weight : Tensor (n,), optional
         Non-negative finite weights (converted to ``X``'s dtype and device).
     chunk_size : int, optional
@@ -103,7 +105,7 @@ class Data:
         if comm is not None and not isinstance(comm, Comm):
             raise TypeError(f"comm must be a rbfkmeans.comm.Comm; got {type(comm).__name__}")
         self.metric = get_metric(metric)
-        self.X = self.metric.prepare(X, "X")
+        self.X = self.metric.prepare(X, "X").contiguous()  # row-major: every pass reads rows
         self.w = sample_weight
         self.chunk_size = chunk_size
         self.comm = comm if comm is not None else Comm()
@@ -204,7 +206,9 @@ def cluster_stats(
     A hard assignment or ``T = 0`` uses the nearest centroid (ties to the lowest index). A point
     counts as soft when its largest membership is below ``1 - hard_tol``. With
     ``objective=False`` only ``N`` and ``S`` are computed (the inner iterations of the soft
-    solvers); ``objective``, ``inertia`` and ``n_soft`` are then NaN.
+    solvers); ``objective``, ``inertia`` and ``n_soft`` are then NaN. A hard pass on the CPU with
+    at most :data:`rbfkmeans.kernels.MAX_HARD_DIM` features runs in the fused kernel of
+    :mod:`rbfkmeans.kernels` (the same statistics up to rounding).
     """
     entry = get_assignment(assignment)
     T = check_temperature(T)
@@ -220,7 +224,10 @@ def cluster_stats(
     n_soft = torch.zeros((), dtype=torch.float64, device=dev)
     labels = torch.empty(data.n, dtype=torch.long, device=dev) if return_labels else None
     X_sq = data.X_sq if objective else None
-    for s in data.chunks(k):
+    fused = hard and kernels.usable(data.X, k)  # one sweep of the kernel instead of chunks
+    if fused:
+        N, S, inertia = kernels.hard_pass(data.X, C, data.w, labels=labels, objective=objective)
+    for s in () if fused else data.chunks(k):
         Xc = data.X[s]  # (b, d)
         w = data.weight(s)  # (b,)
         Xw = Xc if w is None else Xc * w.unsqueeze(1)  # (b, d)

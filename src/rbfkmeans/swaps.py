@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from . import kernels
 from ._validation import check_positive_int
 from .lloyd import LloydResult, lloyd
 from .passes import Data, nearest
@@ -61,6 +62,10 @@ def _check_labels(data: Data, labels: Tensor, k: int) -> Tensor:
 
 def _removal_costs(data: Data, C: Tensor, labels: Tensor) -> Tensor:
     """``sum_{i in S_a} w_i (d_i^(2) - d_i^(1))`` per centroid (k,), float64, over the ranks."""
+    if kernels.usable(data.X, C.shape[0]):
+        removal = kernels.spread_pass(data.X, C, labels, data.w, scatter=False)[0]
+        data.comm.sum_(removal)
+        return removal
     two = nearest(data, C, two=True).dist  # (n, 2)
     extra = (two[:, 1] - two[:, 0]).double()  # (n,)
     if data.w is not None:
@@ -69,6 +74,41 @@ def _removal_costs(data: Data, C: Tensor, labels: Tensor) -> Tensor:
     removal.index_add_(0, labels, extra)
     data.comm.sum_(removal)
     return removal
+
+
+def _scatter_times(data: Data, C: Tensor, labels: Tensor, V: Tensor) -> Tensor:
+    """``U_a = Sigma_a V_a`` (k, d) over the ranks, ``Sigma_a`` the weighted scatter matrix of
+    cluster ``a``, without forming it: ``sum_{i in S_a} w_i y_i (y_i . V_a)``, ``y_i = x_i - c_a``
+    (float64, chunked)."""
+    k, d = C.shape
+    U = torch.zeros(k, d, dtype=torch.float64, device=data.X.device)
+    for s in data.chunks(max(k, d)):
+        lab = labels[s]
+        Y = (data.X[s] - C[lab]).double()  # (b, d)
+        proj = (Y * V[lab]).sum(dim=1)  # (b,)
+        if data.w is not None:
+            proj = proj * data.w[s].double()
+        U.index_add_(0, lab, Y * proj.unsqueeze(1))
+    data.comm.sum_(U)
+    return U
+
+
+def _halves(data: Data, C: Tensor, labels: Tensor, V: Tensor) -> tuple[Tensor, Tensor]:
+    """Weight (2k,) and weighted sum (2k, d) of each side of every cluster cut through ``c_a``
+    normal to ``V_a`` (entry ``2a + 1`` the side ``(x - c_a).V_a > 0``), float64, local."""
+    k, d = C.shape
+    dev = data.X.device
+    count = torch.zeros(2 * k, dtype=torch.float64, device=dev)
+    total = torch.zeros(2 * k, d, dtype=torch.float64, device=dev)
+    for s in data.chunks(max(k, d)):
+        lab = labels[s]
+        Xc = data.X[s].double()
+        side = ((Xc - C[lab].double()) * V[lab]).sum(dim=1) > 0  # (b,)
+        half = 2 * lab + side.long()  # (b,)
+        wc = torch.ones_like(side, dtype=torch.float64) if data.w is None else data.w[s].double()
+        count.index_add_(0, half, wc)
+        total.index_add_(0, half, Xc * wc.unsqueeze(1))
+    return count, total
 
 
 def _spread_out(removal: Tensor, C: Tensor, m: int) -> list[int]:
@@ -136,30 +176,24 @@ def swap_costs(
     labels = _check_labels(data, labels, k)
     power_iter = check_positive_int(power_iter, "power_iter")
     comm, dev = data.comm, data.X.device
-    w = None if data.w is None else data.w.double()
-    removal = _removal_costs(data, C, labels)
+    fused = kernels.usable(data.X, k, gains=k)  # few features on the CPU: two fused sweeps
+    scatter: Tensor | None = None
+    if fused:
+        removal, scatter = kernels.spread_pass(data.X, C, labels, data.w)
+        comm.sum_(removal, scatter)
+    else:
+        removal = _removal_costs(data, C, labels)
     V = torch.randn(k, d, generator=generator, dtype=torch.float64).to(dev)  # (k, d)
     for _ in range(power_iter):  # V_j <- Sigma_j V_j, Sigma_j the scatter of cluster j
-        U = torch.zeros(k, d, dtype=torch.float64, device=dev)
-        for s in data.chunks(max(k, d)):
-            lab = labels[s]
-            Y = (data.X[s] - C[lab]).double()  # (b, d)
-            proj = (Y * V[lab]).sum(dim=1)  # (b,)
-            if w is not None:
-                proj = proj * w[s]
-            U.index_add_(0, lab, Y * proj.unsqueeze(1))
-        comm.sum_(U)
+        if scatter is not None:
+            U = torch.bmm(scatter, V.unsqueeze(2)).squeeze(2)
+        else:
+            U = _scatter_times(data, C, labels, V)
         V = U / U.norm(dim=1, keepdim=True).clamp(min=1e-300)  # 0 for a cluster of one point
-    count = torch.zeros(2 * k, dtype=torch.float64, device=dev)
-    total = torch.zeros(2 * k, d, dtype=torch.float64, device=dev)
-    for s in data.chunks(max(k, d)):
-        lab = labels[s]
-        Xc = data.X[s].double()
-        side = ((Xc - C[lab].double()) * V[lab]).sum(dim=1) > 0  # (b,)
-        half = 2 * lab + side.long()  # (b,)
-        wc = torch.ones_like(side, dtype=torch.float64) if w is None else w[s]
-        count.index_add_(0, half, wc)
-        total.index_add_(0, half, Xc * wc.unsqueeze(1))
+    if fused:
+        count, total = kernels.halves_pass(data.X, C, labels, V, data.w)
+    else:
+        count, total = _halves(data, C, labels, V)
     comm.sum_(count, total)
     count, total = count.view(k, 2), total.view(k, 2, d)
     halves = total / count.clamp(min=1e-300).unsqueeze(2)  # (k, 2, d)

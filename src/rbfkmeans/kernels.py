@@ -1,0 +1,543 @@
+r"""Fused CPU kernels (numba) for the two passes every fit repeats: the hard and the group pass.
+
+A pass written as torch operations makes one sweep over memory per operation, and on the CPU a
+pass of the annealing (a few thousand rows, a few dozen groups) is dominated by the fixed cost of
+its ~100 operations, not by its arithmetic. These kernels make one sweep over the rows instead:
+each row's scores, its memberships and its share of the sums are computed while the row is in
+cache, in float64, the rows split into at most ``MAX_BLOCKS`` blocks (from ``n`` alone, so the
+result does not depend on the number of threads) whose partial sums are added in block order.
+
+:func:`hard_pass` is one Lloyd assignment (:func:`rbfkmeans.passes.cluster_stats` at ``T = 0``):
+
+.. math::
+
+    a_i = \operatorname{argmin}_j \left(\lVert c_j \rVert^2 - 2 x_i \cdot c_j\right), \quad
+    N_j = \sum_{a_i = j} w_i, \quad S_j = \sum_{a_i = j} w_i x_i, \quad
+    J = \sum_i w_i \left[\lVert x_i \rVert^2 + \lVert c_{a_i} \rVert^2
+        - 2 x_i \cdot c_{a_i}\right]_+,
+
+ties to the lowest index. :func:`group_pass` is the accumulation of
+:func:`rbfkmeans.groups.group_stats` (its module docstring has the equations): per row the
+scores ``z_ij = (x_i . c_j - ||c_j||^2 / 2) / T``, the group memberships ``q_ij`` with
+multiplicities ``m_j`` (softmax of ``z_i + log m``; entmax-1.5 and sparsemax from the threshold
+``t_i`` of ``sum_j m_j [t_i - y_ij]_+^p = 1``, ``y_ij = a (max_l z_il - z_ij)``, found by sorting
+the candidates ``y_ij < 1`` and adding them while the mass at the next one is below 1), then
+``N``, ``S``, and on request the objectives, the nearest-group spread ``V`` and the gain matrices
+``A_j = sum_i w_i gamma_ij (x_i - c_j)(x_i - c_j)^T``.
+
+They are used on CPU tensors of at most ``MAX_HARD_DIM`` (hard) or ``MAX_GROUP_DIM`` (group)
+features, where they were measured faster than the torch passes; above, a BLAS matrix product
+beats a per-row loop. The results equal the torch passes' up to rounding (the tests compare them
+in float64). Without numba (or with ``RBFKMEANS_KERNELS=0`` in the environment, or in a process
+forked after the kernels' thread pool started, which numba's OpenMP layer does not survive)
+every pass takes the torch path. The first call of each kernel compiles it (several seconds;
+the machine code is cached on disk for later processes): :func:`warm_up` does it ahead of time.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import torch
+from torch import Tensor
+
+try:  # pragma: no cover - exercised by whichever environment runs the suite
+    import numba
+    from numba import njit, prange
+except ImportError:  # pragma: no cover
+    numba = None  # type: ignore[assignment]
+
+__all__ = ["MAX_GROUP_DIM", "MAX_HARD_DIM", "enabled", "group_pass", "halves_pass", "hard_pass",
+           "lloyd_run", "spread_pass", "usable", "warm_up"]
+
+#: the hard kernel up to this many features (measured: at d = 32 BLAS + torch is faster)
+MAX_HARD_DIM = 16
+#: the group kernel up to this many features (digits' 64 included: 2x the torch pass there)
+MAX_GROUP_DIM = 64
+#: the rows are cut into at most this many blocks, each with its own partial sums
+MAX_BLOCKS = 64
+#: the partial sums may hold at most this many float64 entries (``blocks x g x d``, times ``d``
+#: for the gain matrices); larger problems take the torch path
+MAX_PARTIAL_ENTRIES = 1 << 23
+#: the minimum rows per block
+_BLOCK_ROWS = 512
+
+_KINDS = {"softmax": 0, "entmax15": 1, "sparsemax": 2}
+
+
+#: the process whose threads ran the first kernel (None before): a child forked after that
+#: inherits a thread pool it cannot use (numba's OpenMP layer terminates it), so it takes the
+#: torch passes
+_pool_pid: int | None = None
+
+
+def enabled() -> bool:
+    """Whether the kernels may be used: numba imports, ``RBFKMEANS_KERNELS`` is not ``0``, and
+    this process is not a child forked after the kernels' thread pool started."""
+    if numba is None or os.environ.get("RBFKMEANS_KERNELS", "1") == "0":
+        return False
+    return _pool_pid is None or _pool_pid == os.getpid()
+
+
+def _blocks(n: int) -> int:
+    return max(1, min(MAX_BLOCKS, -(-n // _BLOCK_ROWS)))
+
+
+def usable(X: Tensor, width: int, *, group: bool = False, gains: int = 0) -> bool:
+    """Whether a pass over ``X`` (n, d) with ``width`` centroids (and ``gains`` gain matrices)
+    runs in a kernel: :func:`enabled`, a CPU float tensor without autograd, ``d`` within the
+    kernel's limit (``MAX_HARD_DIM`` for any pass with gain matrices) and the partial sums of
+    ``MAX_BLOCKS`` blocks within
+    ``MAX_PARTIAL_ENTRIES``. It does not depend on ``n``, so every rank of a distributed fit
+    decides alike."""
+    if not enabled() or X.device.type != "cpu" or X.requires_grad:
+        return False
+    if X.dtype not in (torch.float32, torch.float64) or X.dim() != 2:
+        return False
+    d = int(X.shape[1])
+    if d > (MAX_GROUP_DIM if group and not gains else MAX_HARD_DIM):  # d x d gains: small d
+        return False
+    return MAX_BLOCKS * (width * d + gains * d * d) <= MAX_PARTIAL_ENTRIES
+
+
+def _threads() -> None:
+    """Before a kernel: as many threads as torch uses (at most numba's), and the pool's owner."""
+    global _pool_pid
+    assert numba is not None
+    _pool_pid = os.getpid()
+    most = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
+    numba.set_num_threads(max(1, min(torch.get_num_threads(), most)))
+
+
+def _array(t: Tensor) -> np.ndarray:
+    return np.ascontiguousarray(t.detach().numpy())
+
+
+def _weights(w: Tensor | None, X: Tensor) -> np.ndarray:
+    """The weights as an array of ``X``'s dtype; empty when unweighted (one compiled kernel)."""
+    return np.empty(0, dtype=_array(X[:0]).dtype) if w is None else _array(w.to(X.dtype))
+
+
+if numba is not None:
+
+    @njit(cache=True, nogil=True)
+    def _sum_blocks(P):  # type: ignore[no-untyped-def]  # pragma: no cover
+        """The rows of ``P`` (blocks, m) added in block order (scalar loops: no temporaries),
+        so the sums do not depend on how the blocks were shared out among the threads."""
+        out = np.zeros(P.shape[1])
+        for b in range(P.shape[0]):
+            for j in range(P.shape[1]):
+                out[j] += P[b, j]
+        return out
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _hard_kernel(X, C, w, objective, labels, nb):  # type: ignore[no-untyped-def]  # pragma: no cover
+        n, d = X.shape
+        k = C.shape[0]
+        has_w = w.shape[0] > 0
+        CT = np.empty((d, k))
+        csq = np.zeros(k)
+        for j in range(k):
+            for t in range(d):
+                CT[t, j] = C[j, t]
+                csq[j] += float(C[j, t]) * float(C[j, t])
+        block = (n + nb - 1) // nb
+        N = np.zeros((nb, k))
+        S = np.zeros((nb, k, d))
+        J = np.zeros(nb)
+        G = np.empty((nb, k))  # each block's scores (scratch allocated per block is slower)
+        for b in prange(nb):
+            g = G[b]
+            for i in range(b * block, min(n, (b + 1) * block)):
+                for j in range(k):
+                    g[j] = csq[j]
+                for t in range(d):
+                    xt = -2.0 * float(X[i, t])
+                    for j in range(k):
+                        g[j] += xt * CT[t, j]
+                best = g[0]
+                arg = 0
+                for j in range(1, k):
+                    if g[j] < best:
+                        best = g[j]
+                        arg = j
+                labels[i] = arg
+                wi = float(w[i]) if has_w else 1.0
+                N[b, arg] += wi
+                xs = 0.0
+                for t in range(d):
+                    x = float(X[i, t])
+                    S[b, arg, t] += wi * x
+                    xs += x * x
+                if objective:
+                    J[b] += wi * max(best + xs, 0.0)
+        return _sum_blocks(N), _sum_blocks(S.reshape(nb, k * d)).reshape(k, d), \
+            _sum_blocks(J.reshape(nb, 1))[0]
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _group_kernel(  # type: ignore[no-untyped-def]  # pragma: no cover
+        X, C, m, T, kind, w, objective, spread, hard_tol, single, split_pos, ns, nb
+    ):
+        n, d = X.shape
+        g = C.shape[0]
+        has_w = w.shape[0] > 0
+        CT = np.empty((d, g))
+        h = np.zeros(g)  # ||c_j||^2 / 2
+        for j in range(g):
+            for t in range(d):
+                CT[t, j] = C[j, t]
+                h[j] += 0.5 * float(C[j, t]) * float(C[j, t])
+        md = m.astype(np.float64)
+        logm = np.log(md)
+        a = 0.5 if kind == 1 else 1.0
+        hard_below = float(np.float32(1.0 - hard_tol)) if single else 1.0 - hard_tol
+        block = (n + nb - 1) // nb
+        N = np.zeros((nb, g))
+        S = np.zeros((nb, g, d))
+        V = np.zeros((nb, g))
+        acc = np.zeros((nb, 3))
+        A = np.zeros((nb, ns, d, d))
+        scratch = np.empty((nb, 4, g))  # per block: scores, memberships, sorted gaps, their m
+        diff = np.empty((nb, d))
+        for b in prange(nb):
+            z = scratch[b, 0]
+            q = scratch[b, 1]
+            ys = scratch[b, 2]
+            ms = scratch[b, 3]
+            y_row = diff[b]
+            for i in range(b * block, min(n, (b + 1) * block)):
+                for j in range(g):
+                    z[j] = -h[j]
+                xs = 0.0
+                for t in range(d):
+                    x = float(X[i, t])
+                    xs += x * x
+                    for j in range(g):
+                        z[j] += x * CT[t, j]
+                for j in range(g):
+                    z[j] /= T
+                zmax = z[0]
+                lab = 0
+                for j in range(1, g):
+                    if z[j] > zmax:
+                        zmax = z[j]
+                        lab = j
+                tot = 0.0
+                if kind == 0:  # softmax of z + log m
+                    for j in range(g):
+                        q[j] = math.exp(z[j] - zmax + logm[j])
+                        tot += q[j]
+                else:  # the candidates y < 1, sorted (insertion: there are few of them)
+                    c = 0
+                    for j in range(g):
+                        y = a * (zmax - z[j])
+                        if y < 1.0:
+                            p = c
+                            while p > 0 and ys[p - 1] > y:
+                                ys[p] = ys[p - 1]
+                                ms[p] = ms[p - 1]
+                                p -= 1
+                            ys[p] = y
+                            ms[p] = md[j]
+                            c += 1
+                    M = 0.0
+                    S1 = 0.0
+                    S2 = 0.0
+                    s = 0
+                    while s < c:  # add y_s while the mass at t = y_s is below one
+                        y = ys[s]
+                        f = M * y * y - 2.0 * S1 * y + S2 if kind == 1 else M * y - S1
+                        if f >= 1.0:
+                            break
+                        M += ms[s]
+                        S1 += ms[s] * y
+                        S2 += ms[s] * y * y
+                        s += 1
+                    y_s = ys[s - 1]
+                    f_s = 0.0
+                    U1 = 0.0
+                    for r in range(s):  # the mass at y_s, summed term by term
+                        u = y_s - ys[r]
+                        U1 += ms[r] * u
+                        f_s += ms[r] * (u * u if kind == 1 else u)
+                    rest = 1.0 - f_s
+                    if kind == 1:
+                        t_i = y_s + rest / (U1 + math.sqrt(U1 * U1 + M * rest))
+                    else:
+                        t_i = y_s + rest / M
+                    for j in range(g):
+                        r_ = t_i - a * (zmax - z[j])
+                        if r_ > 0.0:
+                            q[j] = md[j] * (r_ * r_ if kind == 1 else r_)
+                        else:
+                            q[j] = 0.0
+                        tot += q[j]
+                wi = float(w[i]) if has_w else 1.0
+                inv = 1.0 / tot
+                qmax = 0.0
+                gap = 0.0
+                ent = 0.0
+                for j in range(g):
+                    qj = q[j] * inv
+                    q[j] = qj
+                    if qj > 0.0:
+                        wq = wi * qj
+                        N[b, j] += wq
+                        for t in range(d):
+                            S[b, j, t] += wq * float(X[i, t])
+                        if qj > qmax:
+                            qmax = qj
+                        gap += qj * (zmax - z[j])
+                        if kind == 0:
+                            ent -= qj * (math.log(qj) - logm[j])
+                        elif kind == 1:
+                            ent += qj * math.sqrt(qj) / math.sqrt(md[j])
+                        else:
+                            ent += qj * qj / md[j]
+                if spread:
+                    dmin = max(xs - 2.0 * T * zmax, 0.0)
+                    V[b, lab] += wi * dmin
+                    if objective:
+                        if kind == 1:
+                            ent = (4.0 / 3.0) * (1.0 - ent)
+                        elif kind == 2:
+                            ent = 0.5 * (1.0 - ent)
+                        acc[b, 0] += wi * (dmin + 2.0 * T * (gap - ent))
+                        acc[b, 1] += wi * dmin
+                        if single:  # float32 data: compared as float32 memberships are
+                            qmax = float(np.float32(qmax))
+                        if qmax < hard_below or m[lab] > 1:
+                            acc[b, 2] += wi
+                for j in range(g):
+                    sp = split_pos[j]
+                    if sp < 0 or q[j] <= 0.0:
+                        continue
+                    if kind == 0:
+                        gw = wi * q[j] / md[j]
+                    elif kind == 1:
+                        gw = wi * math.sqrt(q[j] / md[j])
+                    else:
+                        gw = wi
+                    for u in range(d):
+                        y_row[u] = float(X[i, u]) - float(C[j, u])
+                    for u in range(d):
+                        yu = gw * y_row[u]
+                        for v in range(d):
+                            A[b, sp, u, v] += yu * y_row[v]
+        return (_sum_blocks(N), _sum_blocks(S.reshape(nb, g * d)).reshape(g, d), _sum_blocks(V),
+                _sum_blocks(acc), _sum_blocks(A.reshape(nb, ns * d * d)).reshape(ns, d, d))
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _spread_kernel(X, C, labels, w, scatter, nb):  # type: ignore[no-untyped-def]  # pragma: no cover
+        n, d = X.shape
+        k = C.shape[0]
+        has_w = w.shape[0] > 0
+        CT = np.empty((d, k))
+        csq = np.zeros(k)
+        for j in range(k):
+            for t in range(d):
+                CT[t, j] = C[j, t]
+                csq[j] += float(C[j, t]) * float(C[j, t])
+        block = (n + nb - 1) // nb
+        R = np.zeros((nb, k))
+        W = np.zeros((nb, k if scatter else 0, d, d))
+        G = np.empty((nb, k))
+        Y = np.empty((nb, d))
+        for b in prange(nb):
+            g = G[b]
+            y = Y[b]
+            for i in range(b * block, min(n, (b + 1) * block)):
+                for j in range(k):
+                    g[j] = csq[j]
+                xs = 0.0
+                for t in range(d):
+                    x = float(X[i, t])
+                    xs += x * x
+                    for j in range(k):
+                        g[j] += -2.0 * x * CT[t, j]
+                g1 = np.inf  # the two smallest scores (as a sorted top-2 would give them)
+                g2 = np.inf
+                for j in range(k):
+                    if g[j] < g1:
+                        g2 = g1
+                        g1 = g[j]
+                    elif g[j] < g2:
+                        g2 = g[j]
+                wi = float(w[i]) if has_w else 1.0
+                a = labels[i]
+                R[b, a] += wi * (max(g2 + xs, 0.0) - max(g1 + xs, 0.0))
+                if not scatter:
+                    continue
+                for t in range(d):
+                    y[t] = float(X[i, t]) - float(C[a, t])
+                for u in range(d):
+                    yu = wi * y[u]
+                    for v in range(d):
+                        W[b, a, u, v] += yu * y[v]
+        return _sum_blocks(R), _sum_blocks(W.reshape(nb, W.shape[1] * d * d)).reshape(-1, d, d)
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _halves_kernel(X, C, labels, V, w, nb):  # type: ignore[no-untyped-def]  # pragma: no cover
+        n, d = X.shape
+        k = C.shape[0]
+        has_w = w.shape[0] > 0
+        block = (n + nb - 1) // nb
+        count = np.zeros((nb, 2 * k))
+        total = np.zeros((nb, 2 * k, d))
+        for b in prange(nb):
+            for i in range(b * block, min(n, (b + 1) * block)):
+                a = labels[i]
+                proj = 0.0
+                for t in range(d):
+                    proj += (float(X[i, t]) - float(C[a, t])) * V[a, t]
+                half = 2 * a + (1 if proj > 0.0 else 0)
+                wi = float(w[i]) if has_w else 1.0
+                count[b, half] += wi
+                for t in range(d):
+                    total[b, half, t] += wi * float(X[i, t])
+        return _sum_blocks(count), _sum_blocks(total.reshape(nb, 2 * k * d)).reshape(2 * k, d)
+
+    @njit(cache=True, nogil=True)
+    def _lloyd_kernel(X, C0, w, max_iter, tol, nb):  # type: ignore[no-untyped-def]  # pragma: no cover
+        n = X.shape[0]
+        k, d = C0.shape
+        C = C0.copy()
+        lab = np.empty(n, dtype=np.int64)
+        prev = np.empty(n, dtype=np.int64)
+        has_prev = False
+        for it in range(1, max_iter + 1):
+            N, S, _ = _hard_kernel(X, C, w, False, lab, nb)
+            for j in range(k):
+                if N[j] == 0.0:  # an empty cluster: its relocation is left to the caller
+                    return C, prev, has_prev, it - 1, 2
+            C_new = np.empty_like(C)
+            shift = 0.0
+            for j in range(k):
+                for t in range(d):
+                    C_new[j, t] = S[j, t] / N[j]
+                    step = float(C_new[j, t]) - float(C[j, t])
+                    shift += step * step
+            C = C_new
+            same = has_prev
+            if same:
+                for i in range(n):
+                    if lab[i] != prev[i]:
+                        same = False
+                        break
+            if same:
+                return C, lab, True, it, 1
+            prev, lab = lab, prev
+            has_prev = True
+            if tol > 0.0 and shift <= tol:
+                return C, prev, True, it, 1
+        return C, prev, has_prev, max_iter, 0
+
+
+def hard_pass(X: Tensor, C: Tensor, w: Tensor | None, *, labels: Tensor | None,
+              objective: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """One hard assignment of the rows of ``X`` (n, d) to ``C`` (k, d) (module docstring).
+
+    Writes the nearest centroid of each row into ``labels`` (an (n,) int64 CPU tensor) when
+    given, and returns ``N`` (k,) and ``S`` (k, d) in ``X``'s dtype and ``J`` as a float64 0-d
+    tensor (0 unless ``objective``). Call only where :func:`usable` holds."""
+    _threads()
+    Xn = _array(X)
+    out = labels.numpy() if labels is not None else np.empty(Xn.shape[0], dtype=np.int64)
+    N, S, J = _hard_kernel(Xn, _array(C.to(X.dtype)), _weights(w, X), bool(objective), out,
+                           _blocks(Xn.shape[0]))
+    dt = X.dtype
+    return (torch.from_numpy(N).to(dt), torch.from_numpy(S).to(dt),
+            torch.tensor(J, dtype=torch.float64))
+
+
+def group_pass(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: Tensor | None, *,
+               objective: bool, split: Tensor | None,
+               hard_tol: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The accumulation of one group pass (module docstring) over the rows of ``X`` (n, d) with
+    the ``g`` groups ``C`` (g, d) of multiplicities ``m`` (g,) at ``T > 0`` for the mapping
+    ``kind`` (``"softmax"``, ``"entmax15"``, ``"sparsemax"``).
+
+    Returns ``N`` (g,) and ``S`` (g, d) in ``X``'s dtype, and in float64 ``V`` (g,) (zeros
+    unless ``objective`` or ``split`` is given), ``acc`` = ``[F_T, J, soft weight]`` (zeros
+    unless ``objective``) and the gain matrices ``A`` (g', d, d) of the groups ``split`` (g',),
+    empty without it. Call only where :func:`usable` holds."""
+    _threads()
+    Xn = _array(X)
+    g = C.shape[0]
+    split_pos = np.full(g, -1, dtype=np.int64)
+    ns = 0
+    if split is not None and split.numel():
+        idx = split.cpu().numpy()
+        split_pos[idx] = np.arange(idx.size)
+        ns = int(idx.size)
+    N, S, V, acc, A = _group_kernel(
+        Xn, _array(C.to(X.dtype)), _array(m.to(torch.int64)), float(T), _KINDS[kind],
+        _weights(w, X), bool(objective), bool(objective or split is not None), float(hard_tol),
+        X.dtype == torch.float32, split_pos, ns, _blocks(Xn.shape[0]))
+    dt = X.dtype
+    return (torch.from_numpy(N).to(dt), torch.from_numpy(S).to(dt), torch.from_numpy(V),
+            torch.from_numpy(acc), torch.from_numpy(A))
+
+
+def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int,
+              tol: float) -> tuple[Tensor, Tensor | None, int, bool]:
+    """Lloyd iterations from ``C`` (k, d) on the rows of ``X``, all in compiled code, with the
+    stopping rules of :func:`rbfkmeans.lloyd.lloyd` (labels unchanged, or ``tol > 0`` and a
+    squared shift of at most ``tol``, or ``max_iter`` iterations), up to the first pass that
+    leaves a cluster empty, whose relocation the caller does.
+
+    Returns the centroids reached (in ``X``'s dtype; the centroids of that pass when it
+    stopped on an empty cluster), the labels of the pass before the last one run (None if
+    none), the iterations completed, and whether it converged. Single process only; call only
+    where :func:`usable` holds."""
+    _threads()
+    C_out, prev, has_prev, it, status = _lloyd_kernel(
+        _array(X), _array(C.to(X.dtype)), _weights(w, X), int(max_iter), float(tol),
+        _blocks(int(X.shape[0])))
+    labels = torch.from_numpy(prev) if has_prev else None
+    return torch.from_numpy(C_out), labels, int(it), status == 1
+
+
+def spread_pass(X: Tensor, C: Tensor, labels: Tensor, w: Tensor | None, *,
+                scatter: bool = True) -> tuple[Tensor, Tensor]:
+    """What the swap search needs of a clustering (:func:`rbfkmeans.swaps.swap_costs`), in one
+    sweep over the rows of ``X`` (n, d) labelled ``labels`` (n,) among ``C`` (k, d), float64:
+    ``removal[a] = sum_{a_i = a} w_i (d_i^(2) - d_i^(1))`` (k,), with ``d^(1) <= d^(2)`` the two
+    smallest squared distances of the row, and the scatter matrices
+    ``W_a = sum_{a_i = a} w_i (x_i - c_a)(x_i - c_a)^T`` (k, d, d; (0, d, d) without
+    ``scatter``). Needs ``k >= 2``; call only where :func:`usable` holds (with ``gains=k``)."""
+    _threads()
+    R, W = _spread_kernel(_array(X), _array(C.to(X.dtype)), _array(labels), _weights(w, X),
+                          bool(scatter), _blocks(int(X.shape[0])))
+    return torch.from_numpy(R), torch.from_numpy(W)
+
+
+def halves_pass(X: Tensor, C: Tensor, labels: Tensor, V: Tensor,
+                w: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The halves of every cluster cut through ``c_a`` normal to the axis ``V_a`` (k, d): the
+    weight ``count`` (2k,) and weighted sum ``total`` (2k, d) of the rows on each side (entry
+    ``2a`` the side ``(x - c_a).V_a <= 0``, ``2a + 1`` the other), float64."""
+    _threads()
+    count, total = _halves_kernel(_array(X), _array(C.to(X.dtype)), _array(labels),
+                                  _array(V.to(torch.float64)), _weights(w, X),
+                                  _blocks(int(X.shape[0])))
+    return torch.from_numpy(count), torch.from_numpy(total)
+
+
+def warm_up() -> None:
+    """Compile (or load from the on-disk cache) every kernel for float32 and float64 data."""
+    if not enabled():
+        return
+    for dt in (torch.float32, torch.float64):
+        X = torch.linspace(0.0, 1.0, 12, dtype=dt).view(6, 2)
+        C = X[:2].clone()
+        for w in (None, torch.ones(6, dtype=dt)):
+            hard_pass(X, C, w, labels=torch.empty(6, dtype=torch.long), objective=True)
+            lloyd_run(X, C, w, 3, 0.0)
+            group_pass(X, C, torch.tensor([2, 1]), 1.0, "entmax15", w, objective=True,
+                       split=torch.tensor([0]), hard_tol=1e-7)
+            labels = torch.tensor([0, 0, 0, 1, 1, 1])
+            spread_pass(X, C, labels, w)
+            halves_pass(X, C, labels, torch.ones(2, 2, dtype=torch.float64), w)

@@ -1,0 +1,276 @@
+"""The fused CPU kernels against the torch passes they replace, in float64.
+
+References: the chunked torch computations of the same sums (``RBFKMEANS_KERNELS=0``, or the
+torch helpers directly), which the rest of the suite checks against independent references (the
+k-copy form, scikit-learn's Lloyd, exact distances). Also: the rules for when a kernel runs, that
+the sums do not depend on the number of threads, and that a forked child falls back to torch.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rbfkmeans import RBFKMeans, kernels
+from rbfkmeans.assignments import get_assignment
+from rbfkmeans.groups import _torch_sums, group_stats
+from rbfkmeans.lloyd import lloyd
+from rbfkmeans.passes import Data, cluster_stats
+from rbfkmeans.swaps import _halves, _removal_costs, _scatter_times, swap_costs
+
+SOFT = ["softmax", "entmax15", "sparsemax"]
+
+
+def _points(seed: int, n: int, d: int, dtype: torch.dtype = torch.float64,
+            weighted: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    gen = torch.Generator().manual_seed(seed)
+    centers = 4.0 * torch.randn(5, d, generator=gen, dtype=torch.float64)
+    X = centers[torch.randint(0, 5, (n,), generator=gen)] + torch.randn(n, d, generator=gen,
+                                                                      dtype=torch.float64)
+    w = torch.rand(n, generator=gen, dtype=torch.float64) * 3 if weighted else None
+    return X.to(dtype), None if w is None else w.to(dtype)
+
+
+def _torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RBFKMEANS_KERNELS", "0")
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 1500), d=st.integers(1, 16),
+       k=st.integers(1, 20), weighted=st.booleans())
+def test_hard_pass_equals_the_torch_pass(seed: int, n: int, d: int, k: int,
+                                         weighted: bool) -> None:
+    X, w = _points(seed, n, d, weighted=weighted)
+    data = Data(X, w)
+    C = X[torch.randperm(n, generator=torch.Generator().manual_seed(seed))[: min(k, n)]] + 0.01
+    assert kernels.usable(data.X, C.shape[0])
+    fused = cluster_stats(data, C, 0.0, "hard", return_labels=True)
+    os.environ["RBFKMEANS_KERNELS"] = "0"
+    try:
+        plain = cluster_stats(data, C, 0.0, "hard", return_labels=True)
+    finally:
+        del os.environ["RBFKMEANS_KERNELS"]
+    assert fused.labels is not None
+    assert plain.labels is not None
+    assert torch.equal(fused.labels, plain.labels)
+    torch.testing.assert_close(fused.N, plain.N, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(fused.S, plain.S, rtol=1e-11, atol=1e-9)
+    assert fused.inertia == pytest.approx(plain.inertia, rel=1e-10, abs=1e-9)
+    assert fused.n_soft == 0.0
+
+
+def test_hard_pass_without_objective_or_labels(monkeypatch: pytest.MonkeyPatch) -> None:
+    X, _ = _points(1, 400, 3)
+    data = Data(X)
+    st = cluster_stats(data, X[:4], 0.0, "hard", objective=False)
+    assert st.labels is None
+    assert np.isnan(st.inertia)
+    assert np.isnan(st.objective)
+    _torch_path(monkeypatch)
+    ref = cluster_stats(data, X[:4], 0.0, "hard", objective=False)
+    torch.testing.assert_close(st.N, ref.N)
+    torch.testing.assert_close(st.S, ref.S)
+
+
+def test_hard_pass_float32_matches_float64_sums() -> None:
+    X, w = _points(2, 3000, 6, dtype=torch.float32, weighted=True)
+    C = X[:7].clone()
+    st = cluster_stats(Data(X, w), C, 0.0, "hard", return_labels=True)
+    assert st.N.dtype == torch.float32
+    assert st.labels is not None
+    ref_d = torch.cdist(X.double(), C.double()).square()
+    assert bool((ref_d.argmin(dim=1) == st.labels).float().mean() > 0.999)
+    wd = w.double()
+    N = torch.zeros(7, dtype=torch.float64).index_add_(0, st.labels, wd)
+    S = torch.zeros(7, 6, dtype=torch.float64).index_add_(0, st.labels, X.double() * wd[:, None])
+    torch.testing.assert_close(st.N.double(), N, rtol=1e-6, atol=1e-3)
+    torch.testing.assert_close(st.S.double(), S, rtol=1e-6, atol=1e-3)
+    J = float((ref_d.gather(1, st.labels[:, None]).squeeze(1) * wd).sum())
+    assert st.inertia == pytest.approx(J, rel=1e-5)
+
+
+@pytest.mark.parametrize("name", SOFT)
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), d=st.sampled_from([1, 2, 3, 8, 16, 40, 64]),
+       g=st.integers(1, 12), log_T=st.floats(-3.0, 2.0), weighted=st.booleans(),
+       critical=st.booleans())
+def test_group_pass_equals_the_torch_pass(name: str, seed: int, d: int, g: int, log_T: float,
+                                          weighted: bool, critical: bool) -> None:
+    X, w = _points(seed, 700, d, weighted=weighted)
+    data = Data(X, w)
+    gen = torch.Generator().manual_seed(seed)
+    C = X[torch.randperm(700, generator=gen)[:g]] + 0.1
+    m = torch.randint(1, 5, (g,), generator=gen)
+    T = float(10.0**log_T) * d
+    split = (m > 1).nonzero().squeeze(1) if critical else None
+    gains = 0 if split is None else int(split.numel())
+    if not kernels.usable(data.X, g, group=True, gains=gains):
+        assert critical
+        assert d > kernels.MAX_HARD_DIM  # gain matrices only for few features
+        return
+    got = kernels.group_pass(X, C, m, T, name, w, objective=True, split=split, hard_tol=1e-7)
+    ref = _torch_sums(data, C, m, T, get_assignment(name), True, split, 1e-7)
+    for a, b in zip(got[:4], ref[:4], strict=True):
+        torch.testing.assert_close(a, b.to(a.dtype), rtol=1e-9,
+                                   atol=1e-9 * (1 + float(b.abs().max())))
+    if split is not None:
+        assert ref[4] is not None
+        assert got[4].shape == ref[4].shape == (gains, d, d)
+        scale = 1 + float(ref[4].abs().max()) if gains else 1.0
+        torch.testing.assert_close(got[4], ref[4], rtol=1e-9, atol=1e-9 * scale)
+
+
+@pytest.mark.parametrize("name", SOFT)
+def test_group_stats_takes_the_kernel_with_the_same_results(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    X, w = _points(5, 2000, 3, weighted=True)
+    data = Data(X, w)
+    C = X[:6] * 0.5
+    m = torch.tensor([1, 3, 1, 2, 1, 1])
+    fused = group_stats(data, C, m, 0.7, name, critical=True)
+    _torch_path(monkeypatch)
+    plain = group_stats(data, C, m, 0.7, name, critical=True)
+    for f in ("N", "S", "V", "T_crit", "axis"):
+        torch.testing.assert_close(getattr(fused, f), getattr(plain, f), rtol=1e-9, atol=1e-10)
+    for f in ("objective", "inertia", "n_soft"):
+        assert getattr(fused, f) == pytest.approx(getattr(plain, f), rel=1e-10, abs=1e-9)
+
+
+def test_group_pass_float32_counts_soft_points_as_float32_memberships() -> None:
+    X, _ = _points(3, 3000, 4, dtype=torch.float32)
+    C = X[:5].clone()
+    m = torch.tensor([1, 1, 2, 1, 1])
+    for T in (1e-3, 0.05, 1.0):
+        got = kernels.group_pass(X, C, m, T, "entmax15", None, objective=True, split=None,
+                                 hard_tol=1e-7)
+        ref = _torch_sums(Data(X), C, m, T, get_assignment("entmax15"), True, None, 1e-7)
+        assert abs(float(got[3][2] - ref[3][2])) <= 0.01 * 3000  # soft weight
+        torch.testing.assert_close(got[0].double(), ref[0].double(), rtol=1e-4, atol=0.1)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_swap_costs_equal_the_torch_passes(weighted: bool,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    X, w = _points(4, 2500, 5, weighted=weighted)
+    data = Data(X, w)
+    C = X[:8].clone()
+    labels = cluster_stats(data, C, 0.0, "hard", return_labels=True).labels
+    assert labels is not None
+    removal, scatter = kernels.spread_pass(X, C, labels, w)
+    V = torch.randn(8, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    torch.testing.assert_close(torch.bmm(scatter, V[:, :, None]).squeeze(2),
+                               _scatter_times(data, C, labels, V), rtol=1e-11, atol=1e-9)
+    count, total = kernels.halves_pass(X, C, labels, V, w)
+    ref_count, ref_total = _halves(data, C, labels, V)
+    torch.testing.assert_close(count, ref_count, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(total, ref_total, rtol=1e-11, atol=1e-9)
+    fused = swap_costs(data, C, labels, generator=torch.Generator().manual_seed(1))
+    _torch_path(monkeypatch)
+    torch.testing.assert_close(removal, _removal_costs(data, C, labels), rtol=1e-11, atol=1e-9)
+    plain = swap_costs(data, C, labels, generator=torch.Generator().manual_seed(1))
+    for a, b in zip(fused, plain, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+def test_sums_do_not_depend_on_the_number_of_threads() -> None:
+    X, w = _points(6, 20_000, 3, weighted=True)
+    C = X[:16].clone()
+    m = torch.tensor([2] + [1] * 15)
+    out = []
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            out.append((kernels.hard_pass(X, C, w, labels=None, objective=True),
+                        kernels.group_pass(X, C, m, 0.3, "entmax15", w, objective=True,
+                                           split=torch.tensor([0]), hard_tol=1e-7)))
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(out[0][0] + out[0][1], out[1][0] + out[1][1], strict=True):
+        assert torch.equal(a, b)
+
+
+def test_usable_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    X = torch.randn(50, kernels.MAX_HARD_DIM, dtype=torch.float64)
+    wide = torch.randn(50, kernels.MAX_HARD_DIM + 1, dtype=torch.float64)
+    assert kernels.usable(X, 8)
+    assert not kernels.usable(wide, 8)
+    assert kernels.usable(wide, 8, group=True)
+    assert not kernels.usable(wide, 8, group=True, gains=2)  # gain matrices: few features only
+    assert not kernels.usable(torch.randn(5, kernels.MAX_GROUP_DIM + 1), 3, group=True)
+    assert not kernels.usable(X.requires_grad_(), 8)
+    assert not kernels.usable(X.detach().to(torch.int64), 8)
+    assert not kernels.usable(torch.randn(50, 2), 1 << 20)  # partial sums too large
+    monkeypatch.setenv("RBFKMEANS_KERNELS", "0")
+    assert not kernels.usable(torch.randn(50, 2), 3)
+
+
+def test_forked_child_takes_the_torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process whose kernel thread pool was started by its parent (the state a fork leaves)
+    does not launch kernels, and the passes still run."""
+    kernels.hard_pass(torch.randn(10, 2), torch.randn(2, 2), None, labels=None, objective=True)
+    assert kernels.enabled()
+    monkeypatch.setattr(kernels, "_pool_pid", os.getpid() + 1)
+    assert not kernels.enabled()
+    X, _ = _points(7, 300, 3)
+    st = cluster_stats(Data(X), X[:3], 0.0, "hard", return_labels=True)
+    monkeypatch.setattr(kernels, "_pool_pid", os.getpid())
+    ref = cluster_stats(Data(X), X[:3], 0.0, "hard", return_labels=True)
+    assert torch.equal(st.labels, ref.labels)
+    torch.testing.assert_close(st.S, ref.S)
+
+
+def test_fit_with_and_without_kernels_reaches_the_same_minimum(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    X, _ = _points(8, 1500, 3)
+    fused = RBFKMeans(6, random_state=0).fit(X.numpy())
+    _torch_path(monkeypatch)
+    plain = RBFKMeans(6, random_state=0).fit(X.numpy())
+    assert fused.inertia_ == pytest.approx(plain.inertia_, rel=1e-9)
+    np.testing.assert_array_equal(fused.labels_, plain.labels_)
+    np.testing.assert_allclose(fused.cluster_centers_, plain.cluster_centers_, rtol=1e-9,
+                               atol=1e-9)
+
+
+@pytest.mark.parametrize("tol", [0.0, 1e-3])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_compiled_lloyd_equals_the_python_loop(tol: float, weighted: bool,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    X, w = _points(9, 3000, 4, weighted=weighted)
+    data = Data(X, w)
+    for max_iter in (1, 3, 300):
+        C0 = X[:9].clone()
+        fused = lloyd(data, C0, max_iter=max_iter, tol=tol)
+        with monkeypatch.context() as mp:
+            _torch_path(mp)
+            plain = lloyd(data, C0, max_iter=max_iter, tol=tol)
+        assert (fused.n_iter, fused.converged) == (plain.n_iter, plain.converged)
+        assert torch.equal(fused.labels, plain.labels)
+        torch.testing.assert_close(fused.C, plain.C, rtol=1e-12, atol=1e-12)
+        assert fused.inertia == pytest.approx(plain.inertia, rel=1e-12)
+
+
+def test_compiled_lloyd_hands_an_empty_cluster_to_the_relocation(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start with a centroid far from every point empties it in the first pass: the
+    compiled loop stops there and the Python loop relocates it as scikit-learn does."""
+    X, _ = _points(10, 2000, 3)
+    data = Data(X)
+    C0 = torch.cat([X[:5], torch.full((1, 3), 1e3, dtype=torch.float64)])
+    run = kernels.lloyd_run(X, C0, None, 300, 0.0)
+    assert run[2] == 0
+    assert run[1] is None
+    assert not run[3]
+    torch.testing.assert_close(run[0], C0)
+    fused = lloyd(data, C0)
+    _torch_path(monkeypatch)
+    plain = lloyd(data, C0)
+    assert (fused.n_iter, fused.converged) == (plain.n_iter, plain.converged)
+    assert torch.equal(fused.labels, plain.labels)
+    torch.testing.assert_close(fused.C, plain.C, rtol=1e-12, atol=1e-12)
+    assert bool((fused.C.abs() < 1e2).all())  # the far centroid was moved onto the data
