@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from rbfkmeans import RBFKMeans, kernels
 from rbfkmeans.assignments import get_assignment
-from rbfkmeans.groups import _torch_sums, group_stats
+from rbfkmeans.groups import _kernel_sums_chunked, _torch_sums, group_stats
 from rbfkmeans.lloyd import lloyd
 from rbfkmeans.passes import Data, cluster_stats
 from rbfkmeans.swaps import _halves, _removal_costs, _scatter_times, swap_costs
@@ -109,11 +109,15 @@ def test_group_pass_equals_the_torch_pass(name: str, seed: int, d: int, g: int, 
     T = float(10.0**log_T) * d
     split = (m > 1).nonzero().squeeze(1) if critical else None
     gains = 0 if split is None else int(split.numel())
-    if not kernels.usable(data.X, g, group=True, gains=gains):
-        assert critical
-        assert d > kernels.MAX_HARD_DIM  # gain matrices only for few features
-        return
-    got = kernels.group_pass(X, C, m, T, name, w, objective=True, split=split, hard_tol=1e-7)
+    if kernels.usable(data.X, g, gains=gains):
+        got = kernels.group_pass(X, C, m, T, name, w, objective=True, split=split,
+                                 hard_tol=1e-7)
+    else:  # wide data: scores (and gains) by matrix products
+        assert d > kernels.MAX_DIM
+        assert kernels.usable(data.X, g, scores=True)
+        got = _kernel_sums_chunked(data, C, m, T, get_assignment(name), True, split, 1e-7)
+        if split is None:
+            got = (*got[:4], torch.zeros(0, d, d, dtype=torch.float64))
     ref = _torch_sums(data, C, m, T, get_assignment(name), True, split, 1e-7)
     for a, b in zip(got[:4], ref[:4], strict=True):
         torch.testing.assert_close(a, b.to(a.dtype), rtol=1e-9,
@@ -196,13 +200,13 @@ def test_sums_do_not_depend_on_the_number_of_threads() -> None:
 
 
 def test_usable_rules(monkeypatch: pytest.MonkeyPatch) -> None:
-    X = torch.randn(50, kernels.MAX_HARD_DIM, dtype=torch.float64)
-    wide = torch.randn(50, kernels.MAX_HARD_DIM + 1, dtype=torch.float64)
+    X = torch.randn(50, kernels.MAX_DIM, dtype=torch.float64)
+    wide = torch.randn(50, kernels.MAX_DIM + 1, dtype=torch.float64)
     assert kernels.usable(X, 8)
-    assert not kernels.usable(wide, 8)
-    assert kernels.usable(wide, 8, group=True)
-    assert not kernels.usable(wide, 8, group=True, gains=2)  # gain matrices: few features only
-    assert not kernels.usable(torch.randn(5, kernels.MAX_GROUP_DIM + 1), 3, group=True)
+    assert kernels.usable(X, 8, gains=3)
+    assert not kernels.usable(wide, 8)  # wide data: only with the scores handed in
+    assert kernels.usable(wide, 8, scores=True)
+    assert not kernels.usable(wide, 8, gains=2, scores=True)  # d x d gains: few features only
     assert not kernels.usable(X.requires_grad_(), 8)
     assert not kernels.usable(X.detach().to(torch.int64), 8)
     assert not kernels.usable(torch.randn(50, 2), 1 << 20)  # partial sums too large
@@ -274,3 +278,22 @@ def test_compiled_lloyd_hands_an_empty_cluster_to_the_relocation(
     assert torch.equal(fused.labels, plain.labels)
     torch.testing.assert_close(fused.C, plain.C, rtol=1e-12, atol=1e-12)
     assert bool((fused.C.abs() < 1e2).all())  # the far centroid was moved onto the data
+
+
+@pytest.mark.parametrize("name", SOFT)
+@pytest.mark.parametrize("chunk_size", [None, 150])
+def test_wide_critical_pass_forms_the_gains_by_matrix_products(
+        name: str, chunk_size: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    X, w = _points(11, 700, 40, weighted=True)
+    data = Data(X, w, chunk_size=chunk_size)
+    C = X[:5] * 0.9
+    m = torch.tensor([3, 1, 2, 1, 2])
+    assert not kernels.usable(data.X, 5, gains=3)
+    assert kernels.usable(data.X, 5, scores=True)
+    fused = group_stats(data, C, m, 5.0, name, critical=True)
+    _torch_path(monkeypatch)
+    plain = group_stats(data, C, m, 5.0, name, critical=True)
+    for f in ("N", "S", "V", "T_crit", "axis"):
+        torch.testing.assert_close(getattr(fused, f), getattr(plain, f), rtol=1e-9, atol=1e-9)
+    for f in ("objective", "inertia", "n_soft"):
+        assert getattr(fused, f) == pytest.approx(getattr(plain, f), rel=1e-10, abs=1e-9)

@@ -169,9 +169,10 @@ def group_stats(
     """One chunked pass over ``data`` with the ``g`` distinct centroids ``C`` (g, d) of
     multiplicities ``m`` (g,) at ``T > 0`` (module docstring). ``critical=True`` also
     accumulates the gain matrices ``A_j`` (float64) and returns each group's critical
-    temperature and principal axis. On the CPU, up to :data:`rbfkmeans.kernels.MAX_GROUP_DIM`
-    features, the sums come from the fused kernel of :mod:`rbfkmeans.kernels` (the same values
-    up to rounding)."""
+    temperature and principal axis. On the CPU the sums come from the fused kernel of
+    :mod:`rbfkmeans.kernels` (the same values up to rounding): in one sweep up to
+    :data:`rbfkmeans.kernels.MAX_DIM` features, chunk by chunk with the scores (and the gain
+    matrices) from matrix products beyond."""
     entry = get_assignment(assignment)
     T = check_temperature(T)
     if T == 0 or entry.hard:
@@ -183,11 +184,13 @@ def group_stats(
     dev, dt = data.X.device, data.X.dtype
     split = (m > 1).nonzero().squeeze(1) if critical else None  # the groups that can split
     gains = 0 if split is None else int(split.numel())
-    if kernels.usable(data.X, g, group=True, gains=gains):
+    if kernels.usable(data.X, g, gains=gains):  # few features: one sweep
         N, S, V, acc, A_k = kernels.group_pass(data.X, C, m, T, entry.name, data.w,
                                                objective=objective, split=split,
                                                hard_tol=hard_tol)
         A = A_k if split is not None else None
+    elif kernels.usable(data.X, g, scores=True):  # wide data: scores by matrix products
+        N, S, V, acc, A = _kernel_sums_chunked(data, C, m, T, entry, objective, split, hard_tol)
     else:
         N, S, V, acc, A = _torch_sums(data, C, m, T, entry, objective, split, hard_tol)
     stacked = [N, S, V, acc] + ([A] if A is not None else [])
@@ -206,6 +209,34 @@ def group_stats(
             axis[split] = (top * sign).to(dt)
     F, J, n_soft = acc.tolist() if objective else [math.nan] * 3
     return GroupStats(N, S, float(F), float(J), float(n_soft), V, T_crit, axis)
+
+
+def _kernel_sums_chunked(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment,
+                         objective: bool, split: Tensor | None,
+                         hard_tol: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
+    """The sums of :func:`group_stats` for wide data: per chunk the scores ``Z`` by one matrix
+    product, the kernel for the memberships and sums (and each row's gain weight
+    ``w_i gamma_ij``), and one matrix product per splitting group for
+    ``A_j = sum_i w_i gamma_ij y_ij y_ij^T`` (float64)."""
+    g, d = C.shape
+    ns = 0 if split is None else int(split.numel())
+    C_sq = row_norms_sq(C)
+    parts = []
+    A = None if split is None else torch.zeros(ns, d, d, dtype=torch.float64)
+    for s in data.chunks(g):
+        Xc = data.X[s]
+        Z = torch.addmm(C_sq.unsqueeze(0), Xc, C.T, beta=-0.5 / T, alpha=1.0 / T)  # (b, g)
+        gw = None if split is None else torch.zeros(Xc.shape[0], ns, dtype=torch.float64)
+        parts.append(kernels.group_pass(Xc, C, m, T, entry.name, data.weight(s),
+                                        objective=objective, split=split, hard_tol=hard_tol,
+                                        gains_out=gw, scores=Z)[:4])
+        if A is not None and gw is not None and split is not None:
+            Xd = Xc.double()
+            for i, j in enumerate(split.tolist()):
+                Y = Xd - C[j].double()  # (b, d)
+                A[i].addmm_((Y * gw[:, i : i + 1]).T, Y)
+    N, S, V, acc = (torch.stack(t).sum(dim=0) for t in zip(*parts, strict=True))
+    return N, S, V, acc, A
 
 
 def _torch_sums(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment, objective: bool,

@@ -25,13 +25,14 @@ the candidates ``y_ij < 1`` and adding them while the mass at the next one is be
 ``N``, ``S``, and on request the objectives, the nearest-group spread ``V`` and the gain matrices
 ``A_j = sum_i w_i gamma_ij (x_i - c_j)(x_i - c_j)^T``.
 
-They are used on CPU tensors of at most ``MAX_HARD_DIM`` (hard) or ``MAX_GROUP_DIM`` (group)
-features, where they were measured faster than the torch passes; above, a BLAS matrix product
-beats a per-row loop. The results equal the torch passes' up to rounding (the tests compare them
-in float64). Without numba (or with ``RBFKMEANS_KERNELS=0`` in the environment, or in a process
-forked after the kernels' thread pool started, which numba's OpenMP layer does not survive)
-every pass takes the torch path. The first call of each kernel compiles it (several seconds;
-the machine code is cached on disk for later processes): :func:`warm_up` does it ahead of time.
+They run on CPU tensors. Up to ``MAX_DIM`` features they compute the scores themselves; for
+wider data a BLAS matrix product beats a per-row loop, so the caller hands them the scores of a
+chunk (the gain matrices, ``d x d`` per group, are then formed by matrix products too). The
+results equal the torch passes' up to rounding (the tests compare them in float64). Without
+numba (or with ``RBFKMEANS_KERNELS=0`` in the environment, or in a process forked after the
+kernels' thread pool started, which numba's OpenMP layer does not survive) every pass takes the
+torch path. The first call of each kernel compiles it (several seconds; the machine code is
+cached on disk for later processes): :func:`warm_up` does it ahead of time.
 """
 
 from __future__ import annotations
@@ -49,13 +50,12 @@ try:  # pragma: no cover - exercised by whichever environment runs the suite
 except ImportError:  # pragma: no cover
     numba = None  # type: ignore[assignment]
 
-__all__ = ["MAX_GROUP_DIM", "MAX_HARD_DIM", "enabled", "group_pass", "halves_pass", "hard_pass",
+__all__ = ["MAX_DIM", "enabled", "group_pass", "halves_pass", "hard_pass",
            "lloyd_run", "spread_pass", "usable", "warm_up"]
 
-#: the hard kernel up to this many features (measured: at d = 32 BLAS + torch is faster)
-MAX_HARD_DIM = 16
-#: the group kernel up to this many features (digits' 64 included: 2x the torch pass there)
-MAX_GROUP_DIM = 64
+#: the kernels compute the scores themselves up to this many features (measured: at d = 32 a
+#: BLAS matrix product is faster); wider data hands them the scores of one
+MAX_DIM = 16
 #: the rows are cut into at most this many blocks, each with its own partial sums
 MAX_BLOCKS = 64
 #: the partial sums may hold at most this many float64 entries (``blocks x g x d``, times ``d``
@@ -85,19 +85,18 @@ def _blocks(n: int) -> int:
     return max(1, min(MAX_BLOCKS, -(-n // _BLOCK_ROWS)))
 
 
-def usable(X: Tensor, width: int, *, group: bool = False, gains: int = 0) -> bool:
+def usable(X: Tensor, width: int, *, gains: int = 0, scores: bool = False) -> bool:
     """Whether a pass over ``X`` (n, d) with ``width`` centroids (and ``gains`` gain matrices)
-    runs in a kernel: :func:`enabled`, a CPU float tensor without autograd, ``d`` within the
-    kernel's limit (``MAX_HARD_DIM`` for any pass with gain matrices) and the partial sums of
-    ``MAX_BLOCKS`` blocks within
-    ``MAX_PARTIAL_ENTRIES``. It does not depend on ``n``, so every rank of a distributed fit
-    decides alike."""
+    runs in a kernel: :func:`enabled`, a CPU float tensor without autograd, at most
+    ``MAX_DIM`` features unless the caller hands the kernel its ``scores`` (and for any gain
+    matrix), and the partial sums of ``MAX_BLOCKS`` blocks within ``MAX_PARTIAL_ENTRIES``. It
+    does not depend on ``n``, so every rank of a distributed fit decides alike."""
     if not enabled() or X.device.type != "cpu" or X.requires_grad:
         return False
     if X.dtype not in (torch.float32, torch.float64) or X.dim() != 2:
         return False
     d = int(X.shape[1])
-    if d > (MAX_GROUP_DIM if group and not gains else MAX_HARD_DIM):  # d x d gains: small d
+    if d > MAX_DIM and (gains or not scores):
         return False
     return MAX_BLOCKS * (width * d + gains * d * d) <= MAX_PARTIAL_ENTRIES
 
@@ -133,10 +132,11 @@ if numba is not None:
         return out
 
     @njit(parallel=True, cache=True, nogil=True)
-    def _hard_kernel(X, C, w, objective, labels, nb):  # type: ignore[no-untyped-def]  # pragma: no cover
+    def _hard_kernel(X, C, w, objective, labels, scores, nb):  # type: ignore[no-untyped-def]  # pragma: no cover
         n, d = X.shape
         k = C.shape[0]
         has_w = w.shape[0] > 0
+        given = scores.shape[0] > 0  # ||c||^2 - 2 x.c from a matrix product (wide data)
         CT = np.empty((d, k))
         csq = np.zeros(k)
         for j in range(k):
@@ -151,12 +151,16 @@ if numba is not None:
         for b in prange(nb):
             g = G[b]
             for i in range(b * block, min(n, (b + 1) * block)):
-                for j in range(k):
-                    g[j] = csq[j]
-                for t in range(d):
-                    xt = -2.0 * float(X[i, t])
+                if given:
                     for j in range(k):
-                        g[j] += xt * CT[t, j]
+                        g[j] = scores[i, j]
+                else:
+                    for j in range(k):
+                        g[j] = csq[j]
+                    for t in range(d):
+                        xt = -2.0 * float(X[i, t])
+                        for j in range(k):
+                            g[j] += xt * CT[t, j]
                 best = g[0]
                 arg = 0
                 for j in range(1, k):
@@ -178,10 +182,11 @@ if numba is not None:
 
     @njit(parallel=True, cache=True, nogil=True)
     def _group_kernel(  # type: ignore[no-untyped-def]  # pragma: no cover
-        X, C, m, T, kind, w, objective, spread, hard_tol, single, split_pos, ns, nb
+        X, C, m, T, kind, w, objective, spread, hard_tol, single, split_pos, ns, GW, scores, nb
     ):
         n, d = X.shape
         g = C.shape[0]
+        given = scores.shape[0] > 0  # z from a matrix product (wide data)
         has_w = w.shape[0] > 0
         CT = np.empty((d, g))
         h = np.zeros(g)  # ||c_j||^2 / 2
@@ -198,7 +203,8 @@ if numba is not None:
         S = np.zeros((nb, g, d))
         V = np.zeros((nb, g))
         acc = np.zeros((nb, 3))
-        A = np.zeros((nb, ns, d, d))
+        export = GW.shape[0] > 0  # the gains' weights go out (to a BLAS product), not into A
+        A = np.zeros((nb, 0 if export else ns, d, d))
         scratch = np.empty((nb, 4, g))  # per block: scores, memberships, sorted gaps, their m
         diff = np.empty((nb, d))
         for b in prange(nb):
@@ -208,16 +214,22 @@ if numba is not None:
             ms = scratch[b, 3]
             y_row = diff[b]
             for i in range(b * block, min(n, (b + 1) * block)):
-                for j in range(g):
-                    z[j] = -h[j]
                 xs = 0.0
-                for t in range(d):
-                    x = float(X[i, t])
-                    xs += x * x
+                if given:
+                    for t in range(d):
+                        xs += float(X[i, t]) * float(X[i, t])
                     for j in range(g):
-                        z[j] += x * CT[t, j]
-                for j in range(g):
-                    z[j] /= T
+                        z[j] = scores[i, j]
+                else:
+                    for j in range(g):
+                        z[j] = -h[j]
+                    for t in range(d):
+                        x = float(X[i, t])
+                        xs += x * x
+                        for j in range(g):
+                            z[j] += x * CT[t, j]
+                    for j in range(g):
+                        z[j] /= T
                 zmax = z[0]
                 lab = 0
                 for j in range(1, g):
@@ -320,6 +332,9 @@ if numba is not None:
                         gw = wi * math.sqrt(q[j] / md[j])
                     else:
                         gw = wi
+                    if export:
+                        GW[i, sp] = gw
+                        continue
                     for u in range(d):
                         y_row[u] = float(X[i, u]) - float(C[j, u])
                     for u in range(d):
@@ -327,7 +342,7 @@ if numba is not None:
                         for v in range(d):
                             A[b, sp, u, v] += yu * y_row[v]
         return (_sum_blocks(N), _sum_blocks(S.reshape(nb, g * d)).reshape(g, d), _sum_blocks(V),
-                _sum_blocks(acc), _sum_blocks(A.reshape(nb, ns * d * d)).reshape(ns, d, d))
+                _sum_blocks(acc), _sum_blocks(A.reshape(nb, -1)).reshape(-1, d, d))
 
     @njit(parallel=True, cache=True, nogil=True)
     def _spread_kernel(X, C, labels, w, scatter, nb):  # type: ignore[no-untyped-def]  # pragma: no cover
@@ -408,7 +423,7 @@ if numba is not None:
         prev = np.empty(n, dtype=np.int64)
         has_prev = False
         for it in range(1, max_iter + 1):
-            N, S, _ = _hard_kernel(X, C, w, False, lab, nb)
+            N, S, _ = _hard_kernel(X, C, w, False, lab, np.empty((0, k), dtype=X.dtype), nb)
             for j in range(k):
                 if N[j] == 0.0:  # an empty cluster: its relocation is left to the caller
                     return C, prev, has_prev, it - 1, 2
@@ -436,25 +451,29 @@ if numba is not None:
 
 
 def hard_pass(X: Tensor, C: Tensor, w: Tensor | None, *, labels: Tensor | None,
-              objective: bool) -> tuple[Tensor, Tensor, Tensor]:
+              objective: bool, scores: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """One hard assignment of the rows of ``X`` (n, d) to ``C`` (k, d) (module docstring).
 
     Writes the nearest centroid of each row into ``labels`` (an (n,) int64 CPU tensor) when
     given, and returns ``N`` (k,) and ``S`` (k, d) in ``X``'s dtype and ``J`` as a float64 0-d
-    tensor (0 unless ``objective``). Call only where :func:`usable` holds."""
+    tensor (0 unless ``objective``). ``scores`` (n, k), if given, are ``||c_j||^2 - 2 x_i.c_j``
+    from a matrix product. Call only where :func:`usable` holds."""
     _threads()
     Xn = _array(X)
+    k = int(C.shape[0])
     out = labels.numpy() if labels is not None else np.empty(Xn.shape[0], dtype=np.int64)
+    given = np.empty((0, k), dtype=Xn.dtype) if scores is None else _array(scores.to(X.dtype))
     N, S, J = _hard_kernel(Xn, _array(C.to(X.dtype)), _weights(w, X), bool(objective), out,
-                           _blocks(Xn.shape[0]))
+                           given, _blocks(Xn.shape[0]))
     dt = X.dtype
     return (torch.from_numpy(N).to(dt), torch.from_numpy(S).to(dt),
             torch.tensor(J, dtype=torch.float64))
 
 
 def group_pass(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: Tensor | None, *,
-               objective: bool, split: Tensor | None,
-               hard_tol: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+               objective: bool, split: Tensor | None, hard_tol: float,
+               gains_out: Tensor | None = None,
+               scores: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The accumulation of one group pass (module docstring) over the rows of ``X`` (n, d) with
     the ``g`` groups ``C`` (g, d) of multiplicities ``m`` (g,) at ``T > 0`` for the mapping
     ``kind`` (``"softmax"``, ``"entmax15"``, ``"sparsemax"``).
@@ -462,7 +481,11 @@ def group_pass(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: Tensor |
     Returns ``N`` (g,) and ``S`` (g, d) in ``X``'s dtype, and in float64 ``V`` (g,) (zeros
     unless ``objective`` or ``split`` is given), ``acc`` = ``[F_T, J, soft weight]`` (zeros
     unless ``objective``) and the gain matrices ``A`` (g', d, d) of the groups ``split`` (g',),
-    empty without it. Call only where :func:`usable` holds."""
+    empty without it. With ``gains_out`` (a zero (n, g') float64 CPU tensor) ``A`` is not
+    accumulated: ``gains_out[i, s] = w_i gamma_ij`` for the ``s``-th group of ``split``, for a
+    matrix product to form it (wide data). ``scores`` (n, g), if given, are the ``z_ij`` from a
+    matrix product. Call only where :func:`usable` holds (with ``gains=0`` when ``gains_out`` is
+    given)."""
     _threads()
     Xn = _array(X)
     g = C.shape[0]
@@ -475,7 +498,10 @@ def group_pass(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: Tensor |
     N, S, V, acc, A = _group_kernel(
         Xn, _array(C.to(X.dtype)), _array(m.to(torch.int64)), float(T), _KINDS[kind],
         _weights(w, X), bool(objective), bool(objective or split is not None), float(hard_tol),
-        X.dtype == torch.float32, split_pos, ns, _blocks(Xn.shape[0]))
+        X.dtype == torch.float32, split_pos, ns,
+        np.zeros((0, ns)) if gains_out is None else gains_out.numpy(),
+        np.empty((0, g), dtype=Xn.dtype) if scores is None else _array(scores.to(X.dtype)),
+        _blocks(Xn.shape[0]))
     dt = X.dtype
     return (torch.from_numpy(N).to(dt), torch.from_numpy(S).to(dt), torch.from_numpy(V),
             torch.from_numpy(acc), torch.from_numpy(A))
