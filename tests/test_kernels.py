@@ -297,3 +297,12 @@ def test_wide_critical_pass_forms_the_gains_by_matrix_products(
         torch.testing.assert_close(getattr(fused, f), getattr(plain, f), rtol=1e-9, atol=1e-9)
     for f in ("objective", "inertia", "n_soft"):
         assert getattr(fused, f) == pytest.approx(getattr(plain, f), rel=1e-10, abs=1e-9)
+
+
+def test_usable_names_bad_arguments() -> None:
+    with pytest.raises(TypeError, match=r"X must be a torch\.Tensor; got ndarray"):
+        kernels.usable(np.zeros((3, 2)), 2)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="width"):
+        kernels.usable(torch.zeros(3, 2), 0)
+    with pytest.raises(ValueError, match="gains"):
+        kernels.usable(torch.zeros(3, 2), 2, gains=-1)

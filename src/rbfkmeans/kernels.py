@@ -44,14 +44,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ._validation import check_positive_int
+
 try:  # pragma: no cover - exercised by whichever environment runs the suite
     import numba
     from numba import njit, prange
 except ImportError:  # pragma: no cover
     numba = None  # type: ignore[assignment]
 
-__all__ = ["MAX_DIM", "enabled", "group_pass", "halves_pass", "hard_pass",
-           "lloyd_run", "spread_pass", "usable", "warm_up"]
+#: the switch and the rule are public; the pass functions below are the engine's, called by
+#: the passes of :mod:`rbfkmeans.passes`, :mod:`rbfkmeans.groups`, :mod:`rbfkmeans.swaps` and
+#: :mod:`rbfkmeans.lloyd` once :func:`usable` holds (they do not check their arguments again)
+__all__ = ["MAX_DIM", "enabled", "usable", "warm_up"]
 
 #: the kernels compute the scores themselves up to this many features (measured: at d = 32 a
 #: BLAS matrix product is faster); wider data hands them the scores of one
@@ -91,6 +95,10 @@ def usable(X: Tensor, width: int, *, gains: int = 0, scores: bool = False) -> bo
     ``MAX_DIM`` features unless the caller hands the kernel its ``scores`` (and for any gain
     matrix), and the partial sums of ``MAX_BLOCKS`` blocks within ``MAX_PARTIAL_ENTRIES``. It
     does not depend on ``n``, so every rank of a distributed fit decides alike."""
+    if not isinstance(X, Tensor):
+        raise TypeError(f"X must be a torch.Tensor; got {type(X).__name__}")
+    width = check_positive_int(width, "width")
+    gains = check_positive_int(gains, "gains", minimum=0)
     if not enabled() or X.device.type != "cpu" or X.requires_grad:
         return False
     if X.dtype not in (torch.float32, torch.float64) or X.dim() != 2:
