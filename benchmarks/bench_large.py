@@ -8,8 +8,9 @@ a subsample, polish and swap search on a subsample, a last polish on all rows) f
 ``predict`` on all rows. Reported: wall time (fit, and fit + predict for ours), inertia
 recomputed in float64 from the centroids, and the growth of the peak resident memory over the
 resident memory with the data loaded and the libraries imported (``/proc/self/clear_refs`` then
-``VmHWM``; ours after :func:`rbfkmeans.kernels.warm_up`, so numba's compiler is not counted). Targets: our
-fit + predict within KMeans(n_init=1)'s time, at or below its inertia, peak growth <= 512 MB.
+``VmHWM``; ours after :func:`rbfkmeans.kernels.warm_up`, so numba's compiler is not counted).
+Targets: our fit + predict within KMeans(n_init=1)'s time, at or below its inertia, peak growth
+<= 512 MB.
 On this data neither method's Lloyd iterations settle within ``max_iter=300``; for reference the
 same fit with ``max_iter=100`` (a shorter last polish on all rows) is timed too.
 

@@ -9,6 +9,8 @@ the sums do not depend on the number of threads, and that a forked child falls b
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -306,3 +308,20 @@ def test_usable_names_bad_arguments() -> None:
         kernels.usable(torch.zeros(3, 2), 0)
     with pytest.raises(ValueError, match="gains"):
         kernels.usable(torch.zeros(3, 2), 2, gains=-1)
+
+
+def test_kernels_leave_torchs_thread_count_alone() -> None:
+    """The first parallel region of numba's OpenMP pool resets the thread count of the OpenMP
+    runtime torch shares; the kernels put torch's count back (checked in a fresh process, where
+    the pool starts)."""
+    code = (
+        "import torch\n"
+        "from rbfkmeans import kernels\n"
+        "torch.set_num_threads(1)\n"
+        "X = torch.randn(500, 3, dtype=torch.float64)\n"
+        "kernels.hard_pass(X, X[:4].clone(), None, labels=None, objective=True)\n"
+        "print(torch.get_num_threads())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=300)
+    assert out.stdout.split()[-1] == "1"

@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -109,13 +111,23 @@ def usable(X: Tensor, width: int, *, gains: int = 0, scores: bool = False) -> bo
     return MAX_BLOCKS * (width * d + gains * d * d) <= MAX_PARTIAL_ENTRIES
 
 
-def _threads() -> None:
-    """Before a kernel: as many threads as torch uses (at most numba's), and the pool's owner."""
+@contextmanager
+def _launch() -> Iterator[None]:
+    """Around a kernel call: numba's thread count set to torch's (at most numba's), this process
+    recorded as the pool's owner, and torch's thread count put back afterwards: the first
+    parallel region of numba's OpenMP pool resets the count of the OpenMP runtime that torch
+    shares (a user's ``torch.set_num_threads(1)`` would silently become the core count)."""
     global _pool_pid
     assert numba is not None
+    threads = torch.get_num_threads()
     _pool_pid = os.getpid()
     most = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
-    numba.set_num_threads(max(1, min(torch.get_num_threads(), most)))
+    numba.set_num_threads(max(1, min(threads, most)))
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
 
 
 def _array(t: Tensor) -> np.ndarray:
@@ -466,13 +478,13 @@ def hard_pass(X: Tensor, C: Tensor, w: Tensor | None, *, labels: Tensor | None,
     given, and returns ``N`` (k,) and ``S`` (k, d) in ``X``'s dtype and ``J`` as a float64 0-d
     tensor (0 unless ``objective``). ``scores`` (n, k), if given, are ``||c_j||^2 - 2 x_i.c_j``
     from a matrix product. Call only where :func:`usable` holds."""
-    _threads()
     Xn = _array(X)
     k = int(C.shape[0])
     out = labels.numpy() if labels is not None else np.empty(Xn.shape[0], dtype=np.int64)
     given = np.empty((0, k), dtype=Xn.dtype) if scores is None else _array(scores.to(X.dtype))
-    N, S, J = _hard_kernel(Xn, _array(C.to(X.dtype)), _weights(w, X), bool(objective), out,
-                           given, _blocks(Xn.shape[0]))
+    with _launch():
+        N, S, J = _hard_kernel(Xn, _array(C.to(X.dtype)), _weights(w, X), bool(objective), out,
+                               given, _blocks(Xn.shape[0]))
     dt = X.dtype
     return (torch.from_numpy(N).to(dt), torch.from_numpy(S).to(dt),
             torch.tensor(J, dtype=torch.float64))
@@ -494,7 +506,6 @@ def group_pass(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: Tensor |
     matrix product to form it (wide data). ``scores`` (n, g), if given, are the ``z_ij`` from a
     matrix product. Call only where :func:`usable` holds (with ``gains=0`` when ``gains_out`` is
     given)."""
-    _threads()
     Xn = _array(X)
     g = C.shape[0]
     split_pos = np.full(g, -1, dtype=np.int64)
@@ -503,13 +514,14 @@ def group_pass(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: Tensor |
         idx = split.cpu().numpy()
         split_pos[idx] = np.arange(idx.size)
         ns = int(idx.size)
-    N, S, V, acc, A = _group_kernel(
-        Xn, _array(C.to(X.dtype)), _array(m.to(torch.int64)), float(T), _KINDS[kind],
-        _weights(w, X), bool(objective), bool(objective or split is not None), float(hard_tol),
-        X.dtype == torch.float32, split_pos, ns,
-        np.zeros((0, ns)) if gains_out is None else gains_out.numpy(),
-        np.empty((0, g), dtype=Xn.dtype) if scores is None else _array(scores.to(X.dtype)),
-        _blocks(Xn.shape[0]))
+    with _launch():
+        N, S, V, acc, A = _group_kernel(
+            Xn, _array(C.to(X.dtype)), _array(m.to(torch.int64)), float(T), _KINDS[kind],
+            _weights(w, X), bool(objective), bool(objective or split is not None), float(hard_tol),
+            X.dtype == torch.float32, split_pos, ns,
+            np.zeros((0, ns)) if gains_out is None else gains_out.numpy(),
+            np.empty((0, g), dtype=Xn.dtype) if scores is None else _array(scores.to(X.dtype)),
+            _blocks(Xn.shape[0]))
     dt = X.dtype
     return (torch.from_numpy(N).to(dt), torch.from_numpy(S).to(dt), torch.from_numpy(V),
             torch.from_numpy(acc), torch.from_numpy(A))
@@ -526,10 +538,10 @@ def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int,
     stopped on an empty cluster), the labels of the pass before the last one run (None if
     none), the iterations completed, and whether it converged. Single process only; call only
     where :func:`usable` holds."""
-    _threads()
-    C_out, prev, has_prev, it, status = _lloyd_kernel(
-        _array(X), _array(C.to(X.dtype)), _weights(w, X), int(max_iter), float(tol),
-        _blocks(int(X.shape[0])))
+    with _launch():
+        C_out, prev, has_prev, it, status = _lloyd_kernel(
+            _array(X), _array(C.to(X.dtype)), _weights(w, X), int(max_iter), float(tol),
+            _blocks(int(X.shape[0])))
     labels = torch.from_numpy(prev) if has_prev else None
     return torch.from_numpy(C_out), labels, int(it), status == 1
 
@@ -542,9 +554,9 @@ def spread_pass(X: Tensor, C: Tensor, labels: Tensor, w: Tensor | None, *,
     smallest squared distances of the row, and the scatter matrices
     ``W_a = sum_{a_i = a} w_i (x_i - c_a)(x_i - c_a)^T`` (k, d, d; (0, d, d) without
     ``scatter``). Needs ``k >= 2``; call only where :func:`usable` holds (with ``gains=k``)."""
-    _threads()
-    R, W = _spread_kernel(_array(X), _array(C.to(X.dtype)), _array(labels), _weights(w, X),
-                          bool(scatter), _blocks(int(X.shape[0])))
+    with _launch():
+        R, W = _spread_kernel(_array(X), _array(C.to(X.dtype)), _array(labels), _weights(w, X),
+                              bool(scatter), _blocks(int(X.shape[0])))
     return torch.from_numpy(R), torch.from_numpy(W)
 
 
@@ -553,10 +565,10 @@ def halves_pass(X: Tensor, C: Tensor, labels: Tensor, V: Tensor,
     """The halves of every cluster cut through ``c_a`` normal to the axis ``V_a`` (k, d): the
     weight ``count`` (2k,) and weighted sum ``total`` (2k, d) of the rows on each side (entry
     ``2a`` the side ``(x - c_a).V_a <= 0``, ``2a + 1`` the other), float64."""
-    _threads()
-    count, total = _halves_kernel(_array(X), _array(C.to(X.dtype)), _array(labels),
-                                  _array(V.to(torch.float64)), _weights(w, X),
-                                  _blocks(int(X.shape[0])))
+    with _launch():
+        count, total = _halves_kernel(_array(X), _array(C.to(X.dtype)), _array(labels),
+                                      _array(V.to(torch.float64)), _weights(w, X),
+                                      _blocks(int(X.shape[0])))
     return torch.from_numpy(count), torch.from_numpy(total)
 
 
