@@ -37,7 +37,6 @@ cached on disk for later processes): :func:`warm_up` does it ahead of time.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,7 +49,8 @@ from ._validation import check_positive_int
 
 try:  # pragma: no cover - exercised by whichever environment runs the suite
     import numba
-    from numba import njit, prange
+
+    from . import _loops
 except ImportError:  # pragma: no cover
     numba = None  # type: ignore[assignment]
 
@@ -139,337 +139,6 @@ def _weights(w: Tensor | None, X: Tensor) -> np.ndarray:
     return np.empty(0, dtype=_array(X[:0]).dtype) if w is None else _array(w.to(X.dtype))
 
 
-if numba is not None:
-
-    @njit(cache=True, nogil=True)
-    def _sum_blocks(P):  # type: ignore[no-untyped-def]  # pragma: no cover
-        """The rows of ``P`` (blocks, m) added in block order (scalar loops: no temporaries),
-        so the sums do not depend on how the blocks were shared out among the threads."""
-        out = np.zeros(P.shape[1])
-        for b in range(P.shape[0]):
-            for j in range(P.shape[1]):
-                out[j] += P[b, j]
-        return out
-
-    @njit(parallel=True, cache=True, nogil=True)
-    def _hard_kernel(X, C, w, objective, labels, scores, nb):  # type: ignore[no-untyped-def]  # pragma: no cover
-        n, d = X.shape
-        k = C.shape[0]
-        has_w = w.shape[0] > 0
-        given = scores.shape[0] > 0  # ||c||^2 - 2 x.c from a matrix product (wide data)
-        CT = np.empty((d, k))
-        csq = np.zeros(k)
-        for j in range(k):
-            for t in range(d):
-                CT[t, j] = C[j, t]
-                csq[j] += float(C[j, t]) * float(C[j, t])
-        block = (n + nb - 1) // nb
-        N = np.zeros((nb, k))
-        S = np.zeros((nb, k, d))
-        J = np.zeros(nb)
-        G = np.empty((nb, k))  # each block's scores (scratch allocated per block is slower)
-        for b in prange(nb):
-            g = G[b]
-            for i in range(b * block, min(n, (b + 1) * block)):
-                if given:
-                    for j in range(k):
-                        g[j] = scores[i, j]
-                else:
-                    for j in range(k):
-                        g[j] = csq[j]
-                    for t in range(d):
-                        xt = -2.0 * float(X[i, t])
-                        for j in range(k):
-                            g[j] += xt * CT[t, j]
-                best = g[0]
-                arg = 0
-                for j in range(1, k):
-                    if g[j] < best:
-                        best = g[j]
-                        arg = j
-                labels[i] = arg
-                wi = float(w[i]) if has_w else 1.0
-                N[b, arg] += wi
-                xs = 0.0
-                for t in range(d):
-                    x = float(X[i, t])
-                    S[b, arg, t] += wi * x
-                    xs += x * x
-                if objective:
-                    J[b] += wi * max(best + xs, 0.0)
-        return _sum_blocks(N), _sum_blocks(S.reshape(nb, k * d)).reshape(k, d), \
-            _sum_blocks(J.reshape(nb, 1))[0]
-
-    @njit(parallel=True, cache=True, nogil=True)
-    def _group_kernel(  # type: ignore[no-untyped-def]  # pragma: no cover
-        X, C, m, T, kind, w, objective, spread, hard_tol, single, split_pos, ns, GW, scores, nb
-    ):
-        n, d = X.shape
-        g = C.shape[0]
-        given = scores.shape[0] > 0  # z from a matrix product (wide data)
-        has_w = w.shape[0] > 0
-        CT = np.empty((d, g))
-        h = np.zeros(g)  # ||c_j||^2 / 2
-        for j in range(g):
-            for t in range(d):
-                CT[t, j] = C[j, t]
-                h[j] += 0.5 * float(C[j, t]) * float(C[j, t])
-        md = m.astype(np.float64)
-        logm = np.log(md)
-        a = 0.5 if kind == 1 else 1.0
-        hard_below = float(np.float32(1.0 - hard_tol)) if single else 1.0 - hard_tol
-        block = (n + nb - 1) // nb
-        N = np.zeros((nb, g))
-        S = np.zeros((nb, g, d))
-        V = np.zeros((nb, g))
-        acc = np.zeros((nb, 3))
-        export = GW.shape[0] > 0  # the gains' weights go out (to a BLAS product), not into A
-        A = np.zeros((nb, 0 if export else ns, d, d))
-        scratch = np.empty((nb, 4, g))  # per block: scores, memberships, sorted gaps, their m
-        diff = np.empty((nb, d))
-        for b in prange(nb):
-            z = scratch[b, 0]
-            q = scratch[b, 1]
-            ys = scratch[b, 2]
-            ms = scratch[b, 3]
-            y_row = diff[b]
-            for i in range(b * block, min(n, (b + 1) * block)):
-                xs = 0.0
-                if given:
-                    for t in range(d):
-                        xs += float(X[i, t]) * float(X[i, t])
-                    for j in range(g):
-                        z[j] = scores[i, j]
-                else:
-                    for j in range(g):
-                        z[j] = -h[j]
-                    for t in range(d):
-                        x = float(X[i, t])
-                        xs += x * x
-                        for j in range(g):
-                            z[j] += x * CT[t, j]
-                    for j in range(g):
-                        z[j] /= T
-                zmax = z[0]
-                lab = 0
-                for j in range(1, g):
-                    if z[j] > zmax:
-                        zmax = z[j]
-                        lab = j
-                tot = 0.0
-                if kind == 0:  # softmax of z + log m
-                    for j in range(g):
-                        q[j] = math.exp(z[j] - zmax + logm[j])
-                        tot += q[j]
-                else:  # the candidates y < 1, sorted (insertion: there are few of them)
-                    c = 0
-                    for j in range(g):
-                        y = a * (zmax - z[j])
-                        if y < 1.0:
-                            p = c
-                            while p > 0 and ys[p - 1] > y:
-                                ys[p] = ys[p - 1]
-                                ms[p] = ms[p - 1]
-                                p -= 1
-                            ys[p] = y
-                            ms[p] = md[j]
-                            c += 1
-                    M = 0.0
-                    S1 = 0.0
-                    S2 = 0.0
-                    s = 0
-                    while s < c:  # add y_s while the mass at t = y_s is below one
-                        y = ys[s]
-                        f = M * y * y - 2.0 * S1 * y + S2 if kind == 1 else M * y - S1
-                        if f >= 1.0:
-                            break
-                        M += ms[s]
-                        S1 += ms[s] * y
-                        S2 += ms[s] * y * y
-                        s += 1
-                    y_s = ys[s - 1]
-                    f_s = 0.0
-                    U1 = 0.0
-                    for r in range(s):  # the mass at y_s, summed term by term
-                        u = y_s - ys[r]
-                        U1 += ms[r] * u
-                        f_s += ms[r] * (u * u if kind == 1 else u)
-                    rest = 1.0 - f_s
-                    if kind == 1:
-                        t_i = y_s + rest / (U1 + math.sqrt(U1 * U1 + M * rest))
-                    else:
-                        t_i = y_s + rest / M
-                    for j in range(g):
-                        r_ = t_i - a * (zmax - z[j])
-                        if r_ > 0.0:
-                            q[j] = md[j] * (r_ * r_ if kind == 1 else r_)
-                        else:
-                            q[j] = 0.0
-                        tot += q[j]
-                wi = float(w[i]) if has_w else 1.0
-                inv = 1.0 / tot
-                qmax = 0.0
-                gap = 0.0
-                ent = 0.0
-                for j in range(g):
-                    qj = q[j] * inv
-                    q[j] = qj
-                    if qj > 0.0:
-                        wq = wi * qj
-                        N[b, j] += wq
-                        for t in range(d):
-                            S[b, j, t] += wq * float(X[i, t])
-                        if qj > qmax:
-                            qmax = qj
-                        gap += qj * (zmax - z[j])
-                        if kind == 0:
-                            ent -= qj * (math.log(qj) - logm[j])
-                        elif kind == 1:
-                            ent += qj * math.sqrt(qj) / math.sqrt(md[j])
-                        else:
-                            ent += qj * qj / md[j]
-                if spread:
-                    dmin = max(xs - 2.0 * T * zmax, 0.0)
-                    V[b, lab] += wi * dmin
-                    if objective:
-                        if kind == 1:
-                            ent = (4.0 / 3.0) * (1.0 - ent)
-                        elif kind == 2:
-                            ent = 0.5 * (1.0 - ent)
-                        acc[b, 0] += wi * (dmin + 2.0 * T * (gap - ent))
-                        acc[b, 1] += wi * dmin
-                        if single:  # float32 data: compared as float32 memberships are
-                            qmax = float(np.float32(qmax))
-                        if qmax < hard_below or m[lab] > 1:
-                            acc[b, 2] += wi
-                for j in range(g):
-                    sp = split_pos[j]
-                    if sp < 0 or q[j] <= 0.0:
-                        continue
-                    if kind == 0:
-                        gw = wi * q[j] / md[j]
-                    elif kind == 1:
-                        gw = wi * math.sqrt(q[j] / md[j])
-                    else:
-                        gw = wi
-                    if export:
-                        GW[i, sp] = gw
-                        continue
-                    for u in range(d):
-                        y_row[u] = float(X[i, u]) - float(C[j, u])
-                    for u in range(d):
-                        yu = gw * y_row[u]
-                        for v in range(d):
-                            A[b, sp, u, v] += yu * y_row[v]
-        return (_sum_blocks(N), _sum_blocks(S.reshape(nb, g * d)).reshape(g, d), _sum_blocks(V),
-                _sum_blocks(acc), _sum_blocks(A.reshape(nb, -1)).reshape(-1, d, d))
-
-    @njit(parallel=True, cache=True, nogil=True)
-    def _spread_kernel(X, C, labels, w, scatter, nb):  # type: ignore[no-untyped-def]  # pragma: no cover
-        n, d = X.shape
-        k = C.shape[0]
-        has_w = w.shape[0] > 0
-        CT = np.empty((d, k))
-        csq = np.zeros(k)
-        for j in range(k):
-            for t in range(d):
-                CT[t, j] = C[j, t]
-                csq[j] += float(C[j, t]) * float(C[j, t])
-        block = (n + nb - 1) // nb
-        R = np.zeros((nb, k))
-        W = np.zeros((nb, k if scatter else 0, d, d))
-        G = np.empty((nb, k))
-        Y = np.empty((nb, d))
-        for b in prange(nb):
-            g = G[b]
-            y = Y[b]
-            for i in range(b * block, min(n, (b + 1) * block)):
-                for j in range(k):
-                    g[j] = csq[j]
-                xs = 0.0
-                for t in range(d):
-                    x = float(X[i, t])
-                    xs += x * x
-                    for j in range(k):
-                        g[j] += -2.0 * x * CT[t, j]
-                g1 = np.inf  # the two smallest scores (as a sorted top-2 would give them)
-                g2 = np.inf
-                for j in range(k):
-                    if g[j] < g1:
-                        g2 = g1
-                        g1 = g[j]
-                    elif g[j] < g2:
-                        g2 = g[j]
-                wi = float(w[i]) if has_w else 1.0
-                a = labels[i]
-                R[b, a] += wi * (max(g2 + xs, 0.0) - max(g1 + xs, 0.0))
-                if not scatter:
-                    continue
-                for t in range(d):
-                    y[t] = float(X[i, t]) - float(C[a, t])
-                for u in range(d):
-                    yu = wi * y[u]
-                    for v in range(d):
-                        W[b, a, u, v] += yu * y[v]
-        return _sum_blocks(R), _sum_blocks(W.reshape(nb, W.shape[1] * d * d)).reshape(-1, d, d)
-
-    @njit(parallel=True, cache=True, nogil=True)
-    def _halves_kernel(X, C, labels, V, w, nb):  # type: ignore[no-untyped-def]  # pragma: no cover
-        n, d = X.shape
-        k = C.shape[0]
-        has_w = w.shape[0] > 0
-        block = (n + nb - 1) // nb
-        count = np.zeros((nb, 2 * k))
-        total = np.zeros((nb, 2 * k, d))
-        for b in prange(nb):
-            for i in range(b * block, min(n, (b + 1) * block)):
-                a = labels[i]
-                proj = 0.0
-                for t in range(d):
-                    proj += (float(X[i, t]) - float(C[a, t])) * V[a, t]
-                half = 2 * a + (1 if proj > 0.0 else 0)
-                wi = float(w[i]) if has_w else 1.0
-                count[b, half] += wi
-                for t in range(d):
-                    total[b, half, t] += wi * float(X[i, t])
-        return _sum_blocks(count), _sum_blocks(total.reshape(nb, 2 * k * d)).reshape(2 * k, d)
-
-    @njit(cache=True, nogil=True)
-    def _lloyd_kernel(X, C0, w, max_iter, tol, nb):  # type: ignore[no-untyped-def]  # pragma: no cover
-        n = X.shape[0]
-        k, d = C0.shape
-        C = C0.copy()
-        lab = np.empty(n, dtype=np.int64)
-        prev = np.empty(n, dtype=np.int64)
-        has_prev = False
-        for it in range(1, max_iter + 1):
-            N, S, _ = _hard_kernel(X, C, w, False, lab, np.empty((0, k), dtype=X.dtype), nb)
-            for j in range(k):
-                if N[j] == 0.0:  # an empty cluster: its relocation is left to the caller
-                    return C, prev, has_prev, it - 1, 2
-            C_new = np.empty_like(C)
-            shift = 0.0
-            for j in range(k):
-                for t in range(d):
-                    C_new[j, t] = S[j, t] / N[j]
-                    step = float(C_new[j, t]) - float(C[j, t])
-                    shift += step * step
-            C = C_new
-            same = has_prev
-            if same:
-                for i in range(n):
-                    if lab[i] != prev[i]:
-                        same = False
-                        break
-            if same:
-                return C, lab, True, it, 1
-            prev, lab = lab, prev
-            has_prev = True
-            if tol > 0.0 and shift <= tol:
-                return C, prev, True, it, 1
-        return C, prev, has_prev, max_iter, 0
-
-
 def hard_pass(X: Tensor, C: Tensor, w: Tensor | None, *, labels: Tensor | None,
               objective: bool, scores: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """One hard assignment of the rows of ``X`` (n, d) to ``C`` (k, d) (module docstring).
@@ -483,7 +152,7 @@ def hard_pass(X: Tensor, C: Tensor, w: Tensor | None, *, labels: Tensor | None,
     out = labels.numpy() if labels is not None else np.empty(Xn.shape[0], dtype=np.int64)
     given = np.empty((0, k), dtype=Xn.dtype) if scores is None else _array(scores.to(X.dtype))
     with _launch():
-        N, S, J = _hard_kernel(Xn, _array(C.to(X.dtype)), _weights(w, X), bool(objective), out,
+        N, S, J = _loops.hard(Xn, _array(C.to(X.dtype)), _weights(w, X), bool(objective), out,
                                given, _blocks(Xn.shape[0]))
     dt = X.dtype
     return (torch.from_numpy(N).to(dt), torch.from_numpy(S).to(dt),
@@ -515,7 +184,7 @@ def group_pass(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: Tensor |
         split_pos[idx] = np.arange(idx.size)
         ns = int(idx.size)
     with _launch():
-        N, S, V, acc, A = _group_kernel(
+        N, S, V, acc, A = _loops.group(
             Xn, _array(C.to(X.dtype)), _array(m.to(torch.int64)), float(T), _KINDS[kind],
             _weights(w, X), bool(objective), bool(objective or split is not None), float(hard_tol),
             X.dtype == torch.float32, split_pos, ns,
@@ -539,7 +208,7 @@ def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int,
     none), the iterations completed, and whether it converged. Single process only; call only
     where :func:`usable` holds."""
     with _launch():
-        C_out, prev, has_prev, it, status = _lloyd_kernel(
+        C_out, prev, has_prev, it, status = _loops.lloyd(
             _array(X), _array(C.to(X.dtype)), _weights(w, X), int(max_iter), float(tol),
             _blocks(int(X.shape[0])))
     labels = torch.from_numpy(prev) if has_prev else None
@@ -555,7 +224,7 @@ def spread_pass(X: Tensor, C: Tensor, labels: Tensor, w: Tensor | None, *,
     ``W_a = sum_{a_i = a} w_i (x_i - c_a)(x_i - c_a)^T`` (k, d, d; (0, d, d) without
     ``scatter``). Needs ``k >= 2``; call only where :func:`usable` holds (with ``gains=k``)."""
     with _launch():
-        R, W = _spread_kernel(_array(X), _array(C.to(X.dtype)), _array(labels), _weights(w, X),
+        R, W = _loops.spread(_array(X), _array(C.to(X.dtype)), _array(labels), _weights(w, X),
                               bool(scatter), _blocks(int(X.shape[0])))
     return torch.from_numpy(R), torch.from_numpy(W)
 
@@ -566,7 +235,7 @@ def halves_pass(X: Tensor, C: Tensor, labels: Tensor, V: Tensor,
     weight ``count`` (2k,) and weighted sum ``total`` (2k, d) of the rows on each side (entry
     ``2a`` the side ``(x - c_a).V_a <= 0``, ``2a + 1`` the other), float64."""
     with _launch():
-        count, total = _halves_kernel(_array(X), _array(C.to(X.dtype)), _array(labels),
+        count, total = _loops.halves(_array(X), _array(C.to(X.dtype)), _array(labels),
                                       _array(V.to(torch.float64)), _weights(w, X),
                                       _blocks(int(X.shape[0])))
     return torch.from_numpy(count), torch.from_numpy(total)
