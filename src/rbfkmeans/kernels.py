@@ -1,4 +1,4 @@
-r"""Fused CPU kernels (numba) for the two passes every fit repeats: the hard and the group pass.
+r"""Fused CPU kernels (numba) for the passes every fit repeats: hard, group, swap costs, Lloyd.
 
 A pass written as torch operations makes one sweep over memory per operation, and on the CPU a
 pass of the annealing (a few thousand rows, a few dozen groups) is dominated by the fixed cost of
@@ -23,7 +23,12 @@ multiplicities ``m_j`` (softmax of ``z_i + log m``; entmax-1.5 and sparsemax fro
 ``t_i`` of ``sum_j m_j [t_i - y_ij]_+^p = 1``, ``y_ij = a (max_l z_il - z_ij)``, found by sorting
 the candidates ``y_ij < 1`` and adding them while the mass at the next one is below 1), then
 ``N``, ``S``, and on request the objectives, the nearest-group spread ``V`` and the gain matrices
-``A_j = sum_i w_i gamma_ij (x_i - c_j)(x_i - c_j)^T``.
+``A_j = sum_i w_i gamma_ij (x_i - c_j)(x_i - c_j)^T``. :func:`spread_pass` and
+:func:`halves_pass` are the two sweeps of :func:`rbfkmeans.swaps.swap_costs` (removal costs from
+the two smallest distances and each cluster's scatter matrix; the weights and sums of each
+cluster's halves), and :func:`lloyd_run` runs whole Lloyd iterations (assignment, update,
+stopping rules) in compiled code for :func:`rbfkmeans.lloyd.lloyd`. The loops are in the
+private ``rbfkmeans._loops``; this module holds the rule, the threads and the typed wrappers.
 
 They run on CPU tensors. Up to ``MAX_DIM`` features they compute the scores themselves; for
 wider data a BLAS matrix product beats a per-row loop, so the caller hands them the scores of a
