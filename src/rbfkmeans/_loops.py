@@ -99,6 +99,7 @@ def group(
     h = 0.5 * csq  # ||c_j||^2 / 2
     md = m.astype(np.float64)
     logm = np.log(md)
+    sqm = np.sqrt(md)
     a = 0.5 if kind == 1 else 1.0
     hard_below = float(np.float32(1.0 - hard_tol)) if single else 1.0 - hard_tol
     block = (n + nb - 1) // nb
@@ -208,7 +209,7 @@ def group(
                     if kind == 0:
                         ent -= qj * (math.log(qj) - logm[j])
                     elif kind == 1:
-                        ent += qj * math.sqrt(qj) / math.sqrt(md[j])
+                        ent += qj * math.sqrt(qj) / sqm[j]
                     else:
                         ent += qj * qj / md[j]
             if spread:
@@ -242,7 +243,7 @@ def group(
                     y_row[u] = float(X[i, u]) - float(C[j, u])
                 for u in range(d):
                     yu = gw * y_row[u]
-                    for v in range(d):
+                    for v in range(u + 1):  # the lower triangle (what eigh reads)
                         A[b, sp, u, v] += yu * y_row[v]
     return (sum_blocks(N), sum_blocks(S.reshape(nb, g * d)).reshape(g, d), sum_blocks(V),
             sum_blocks(acc), sum_blocks(A.reshape(nb, -1)).reshape(-1, d, d))

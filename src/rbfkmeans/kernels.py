@@ -197,8 +197,10 @@ def group_pass(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: Tensor |
             np.empty((0, g), dtype=Xn.dtype) if scores is None else _array(scores.to(X.dtype)),
             _blocks(Xn.shape[0]))
     dt = X.dtype
+    A_t = torch.from_numpy(A)  # the kernel fills the lower triangle: mirror it
+    A_t = A_t.tril() + A_t.tril(-1).transpose(1, 2)
     return (torch.from_numpy(N).to(dt), torch.from_numpy(S).to(dt), torch.from_numpy(V),
-            torch.from_numpy(acc), torch.from_numpy(A))
+            torch.from_numpy(acc), A_t)
 
 
 def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int,

@@ -75,10 +75,11 @@ class Subsample:
         return self._part
 
 
-def _map(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment) -> tuple[Tensor, float]:
+def _map(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment,
+         objective: bool = True) -> tuple[Tensor, float]:
     """One soft-Lloyd step of the groups, ``c_j <- S_j / N_j`` (empty groups relocated), and the
-    relaxed objective ``F_T`` at the input ``C``."""
-    st = group_stats(data, C, m, T, entry)
+    relaxed objective ``F_T`` at the input ``C`` (NaN without ``objective``)."""
+    st = group_stats(data, C, m, T, entry, objective=objective)
     empty = 1e-12 * float(st.N.sum()) >= st.N
     C_new = st.S / st.N.clamp(min=torch.finfo(st.N.dtype).tiny).unsqueeze(1)
     C_new = torch.where(empty.unsqueeze(1), C, C_new)
@@ -102,7 +103,7 @@ def _fixed_point(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment,
     or after ``max_iter`` evaluations of ``G``."""
     it = 0
     while it < max_iter:
-        C1, _ = _map(data, C, m, T, entry)
+        C1, _ = _map(data, C, m, T, entry, objective=False)  # F at C is not compared
         it += 1
         r = C1 - C
         if _sq(r) <= tol or it >= max_iter:
