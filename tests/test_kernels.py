@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from rbfkmeans import RBFKMeans, kernels
 from rbfkmeans.assignments import get_assignment
-from rbfkmeans.groups import _kernel_sums_chunked, _torch_sums, group_stats
+from rbfkmeans.groups import GroupStats, _kernel_sums_chunked, _torch_sums, group_stats
 from rbfkmeans.lloyd import lloyd
 from rbfkmeans.passes import Data, cluster_stats
 from rbfkmeans.swaps import _halves, _removal_costs, _scatter_times, swap_costs
@@ -36,6 +36,13 @@ def _points(seed: int, n: int, d: int, dtype: torch.dtype = torch.float64,
                                                                       dtype=torch.float64)
     w = torch.rand(n, generator=gen, dtype=torch.float64) * 3 if weighted else None
     return X.to(dtype), None if w is None else w.to(dtype)
+
+
+def _assert_same_group_stats(fused: GroupStats, plain: GroupStats, atol: float) -> None:
+    for f in ("N", "S", "V", "T_crit", "axis"):
+        torch.testing.assert_close(getattr(fused, f), getattr(plain, f), rtol=1e-9, atol=atol)
+    for f in ("objective", "inertia", "n_soft"):
+        assert getattr(fused, f) == pytest.approx(getattr(plain, f), rel=1e-10, abs=1e-9)
 
 
 def _torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -140,11 +147,7 @@ def test_group_stats_takes_the_kernel_with_the_same_results(
     m = torch.tensor([1, 3, 1, 2, 1, 1])
     fused = group_stats(data, C, m, 0.7, name, critical=True)
     _torch_path(monkeypatch)
-    plain = group_stats(data, C, m, 0.7, name, critical=True)
-    for f in ("N", "S", "V", "T_crit", "axis"):
-        torch.testing.assert_close(getattr(fused, f), getattr(plain, f), rtol=1e-9, atol=1e-10)
-    for f in ("objective", "inertia", "n_soft"):
-        assert getattr(fused, f) == pytest.approx(getattr(plain, f), rel=1e-10, abs=1e-9)
+    _assert_same_group_stats(fused, group_stats(data, C, m, 0.7, name, critical=True), 1e-10)
 
 
 def test_group_pass_float32_counts_soft_points_as_float32_memberships() -> None:
@@ -294,11 +297,7 @@ def test_wide_critical_pass_forms_the_gains_by_matrix_products(
     assert kernels.usable(data.X, 5, scores=True)
     fused = group_stats(data, C, m, 5.0, name, critical=True)
     _torch_path(monkeypatch)
-    plain = group_stats(data, C, m, 5.0, name, critical=True)
-    for f in ("N", "S", "V", "T_crit", "axis"):
-        torch.testing.assert_close(getattr(fused, f), getattr(plain, f), rtol=1e-9, atol=1e-9)
-    for f in ("objective", "inertia", "n_soft"):
-        assert getattr(fused, f) == pytest.approx(getattr(plain, f), rel=1e-10, abs=1e-9)
+    _assert_same_group_stats(fused, group_stats(data, C, m, 5.0, name, critical=True), 1e-9)
 
 
 def test_usable_names_bad_arguments() -> None:
