@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rbfkmeans import RBFKMeans, kernels
+from rbfkmeans import RBFKMeans, _loops, kernels
 from rbfkmeans.assignments import get_assignment
 from rbfkmeans.groups import GroupStats, _kernel_sums_chunked, _torch_sums, group_stats
 from rbfkmeans.lloyd import lloyd
@@ -262,6 +262,48 @@ def test_compiled_lloyd_equals_the_python_loop(tol: float, weighted: bool,
         assert torch.equal(fused.labels, plain.labels)
         torch.testing.assert_close(fused.C, plain.C, rtol=1e-12, atol=1e-12)
         assert fused.inertia == pytest.approx(plain.inertia, rel=1e-12)
+
+
+def _lloyd_on_full_passes(X: np.ndarray, C0: np.ndarray, w: np.ndarray, max_iter: int,
+                          nb: int) -> tuple[np.ndarray, np.ndarray, bool, int, int]:
+    """``_loops.lloyd`` with every pass the unbounded :func:`_loops.hard` (the reference)."""
+    k, d = C0.shape
+    C, lab, prev, has_prev = C0.copy(), np.empty(len(X), np.int64), np.empty(0, np.int64), False
+    for it in range(1, max_iter + 1):
+        N, S, _ = _loops.hard(X, C, w, False, lab, np.empty((0, k), dtype=X.dtype), nb)
+        if (N == 0).any():
+            return C, prev, has_prev, it - 1, 2
+        C = (S / N[:, None]).astype(X.dtype)
+        if has_prev and np.array_equal(lab, prev):
+            return C, lab, True, it, 1
+        prev, lab, has_prev = lab.copy(), lab, True
+    return C, prev, has_prev, max_iter, 0
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 3000), d=st.integers(1, 16),
+       k=st.integers(1, 40), grid=st.booleans(), weighted=st.booleans(),
+       single=st.booleans())
+def test_bounded_lloyd_passes_equal_full_passes_bit_for_bit(
+        seed: int, n: int, d: int, k: int, grid: bool, weighted: bool, single: bool) -> None:
+    """The compiled Lloyd skips rows whose label its bounds prove unchanged; labels, centroids
+    and iterations equal those of full passes exactly, also with exact ties (integer points,
+    duplicated centroids) and in float32."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) * rng.uniform(0.1, 10.0) + rng.uniform(-100.0, 100.0)
+    if grid:  # many points equidistant from two centroids
+        X = np.round(X / 10.0)
+    dt = np.float32 if single else np.float64
+    X = np.ascontiguousarray(X.astype(dt))
+    C0 = X[rng.integers(0, n, size=k)].copy()  # duplicates when k > distinct rows
+    w = (rng.uniform(0.0, 3.0, size=n) if weighted else np.empty(0)).astype(dt)
+    nb = kernels._blocks(n)
+    got = _loops.lloyd(X, C0, w, 100, 0.0, nb)
+    want = _lloyd_on_full_passes(X, C0, w, 100, nb)
+    assert got[2:] == want[2:]
+    np.testing.assert_array_equal(got[0], want[0])
+    if want[2]:
+        np.testing.assert_array_equal(got[1], want[1])
 
 
 def test_compiled_lloyd_hands_an_empty_cluster_to_the_relocation(

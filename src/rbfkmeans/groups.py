@@ -179,8 +179,18 @@ def group_stats(
         raise ValueError(f"group passes need T > 0 and a soft assignment; got T={T!r}, "
                          f"assignment={entry.name!r}")
     C = data.check_centroids(C)
+    m = _check_multiplicities(m.to(C.device), C.shape[0])
+    return group_stats_unchecked(data, C, m, T, entry, objective, critical, hard_tol)
+
+
+def group_stats_unchecked(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment,
+                 objective: bool = True, critical: bool = False,
+                 hard_tol: float = 1e-7) -> GroupStats:
+    """:func:`group_stats` on arguments it has checked (or that the annealing built): ``C``
+    finite in the data's dtype and device, ``m`` integers >= 1 on that device, ``T > 0``, a
+    soft ``entry``. The annealing's passes call it directly (their checks cost as much as a
+    pass on a few thousand rows)."""
     g, d = C.shape
-    m = _check_multiplicities(m.to(C.device), g)
     dev, dt = data.X.device, data.X.dtype
     split = (m > 1).nonzero().squeeze(1) if critical else None  # the groups that can split
     gains = 0 if split is None else int(split.numel())
@@ -232,9 +242,10 @@ def _kernel_sums_chunked(data: Data, C: Tensor, m: Tensor, T: float, entry: Assi
                                         gains_out=gw, scores=Z)[:4])
         if A is not None and gw is not None and split is not None:
             Xd = Xc.double()
-            for i, j in enumerate(split.tolist()):
-                Y = Xd - C[j].double()  # (b, d)
-                A[i].addmm_((Y * gw[:, i : i + 1]).T, Y)
+            for i, j in enumerate(split.tolist()):  # over group j's support only
+                rows = gw[:, i].nonzero().squeeze(1)
+                Y = Xd[rows] - C[j].double()  # (b_j, d)
+                A[i].addmm_((Y * gw[rows, i : i + 1]).T, Y)
     N, S, V, acc = (torch.stack(t).sum(dim=0) for t in zip(*parts, strict=True))
     return N, S, V, acc, A
 

@@ -139,9 +139,13 @@ def _array(t: Tensor) -> np.ndarray:
     return np.ascontiguousarray(t.detach().numpy())
 
 
+#: an empty array of each dtype: the weights of unweighted data (one compiled kernel for both)
+_NO_WEIGHTS = {torch.float32: np.empty(0, np.float32), torch.float64: np.empty(0, np.float64)}
+
+
 def _weights(w: Tensor | None, X: Tensor) -> np.ndarray:
-    """The weights as an array of ``X``'s dtype; empty when unweighted (one compiled kernel)."""
-    return np.empty(0, dtype=_array(X[:0]).dtype) if w is None else _array(w.to(X.dtype))
+    """The weights as an array of ``X``'s dtype; empty when unweighted."""
+    return _NO_WEIGHTS[X.dtype] if w is None else _array(w.to(X.dtype))
 
 
 def hard_pass(X: Tensor, C: Tensor, w: Tensor | None, *, labels: Tensor | None,
@@ -198,7 +202,8 @@ def group_pass(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: Tensor |
             _blocks(Xn.shape[0]))
     dt = X.dtype
     A_t = torch.from_numpy(A)  # the kernel fills the lower triangle: mirror it
-    A_t = A_t.tril() + A_t.tril(-1).transpose(1, 2)
+    if A_t.numel():
+        A_t = A_t.tril() + A_t.tril(-1).transpose(1, 2)
     return (torch.from_numpy(N).to(dt), torch.from_numpy(S).to(dt), torch.from_numpy(V),
             torch.from_numpy(acc), A_t)
 

@@ -35,7 +35,7 @@ from torch import Tensor
 from ._validation import check_positive_int
 from .annealing import AnnealResult
 from .assignments import Assignment, get_assignment
-from .groups import GroupStats, group_stats
+from .groups import GroupStats, group_stats_unchecked
 from .lloyd import relocate_empty
 from .passes import Data
 from .seeding import weighted_mean
@@ -79,7 +79,7 @@ def _map(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment,
          objective: bool = True) -> tuple[Tensor, float]:
     """One soft-Lloyd step of the groups, ``c_j <- S_j / N_j`` (empty groups relocated), and the
     relaxed objective ``F_T`` at the input ``C`` (NaN without ``objective``)."""
-    st = group_stats(data, C, m, T, entry, objective=objective)
+    st = group_stats_unchecked(data, C, m, T, entry, objective=objective)
     empty = 1e-12 * float(st.N.sum()) >= st.N
     C_new = st.S / st.N.clamp(min=torch.finfo(st.N.dtype).tiny).unsqueeze(1)
     C_new = torch.where(empty.unsqueeze(1), C, C_new)
@@ -98,8 +98,8 @@ def _fixed_point(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment,
     (Varadhan & Roland 2008): from ``C``, ``C_1 = G(C)``, ``C_2 = G(C_1)``, ``r = C_1 - C``,
     ``v = C_2 - 2 C_1 + C``, ``alpha = -||r|| / ||v||`` (at most -1), the extrapolation
     ``C' = C - 2 alpha r + alpha^2 v`` and one stabilising step ``G(C')``. The step is kept only
-    if ``F_T(C') <= F_T(C_1)`` (each plain step lowers ``F_T``), else the cycle ends at ``C_2``:
-    ``F_T`` never rises. Stops once a step moves the centroids by at most ``tol`` (squared)
+    if ``F_T(C') <= F_T(C_1)`` (each plain step lowers ``F_T``), else (or when ``C'`` is not
+    finite) the cycle ends at ``C_2``: ``F_T`` never rises. Stops once a step moves the centroids by at most ``tol`` (squared)
     or after ``max_iter`` evaluations of ``G``."""
     it = 0
     while it < max_iter:
@@ -117,6 +117,9 @@ def _fixed_point(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment,
         alpha = -math.sqrt(_sq(r) / nv) if nv > 0 else -1.0
         alpha = min(alpha, -1.0)
         C_ext = C - 2.0 * alpha * r + alpha**2 * v
+        if not bool(torch.isfinite(C_ext).all()):  # an extrapolation beyond float range
+            C = C2
+            continue
         C3, F_ext = _map(data, C_ext, m, T, entry)
         it += 1
         C = C3 if F_ext <= F1 else C2
@@ -232,7 +235,7 @@ def anneal_splits(
 
     C = weighted_mean(data).unsqueeze(0)  # (1, d)
     m = torch.tensor([k], dtype=torch.long, device=C.device)
-    first = group_stats(part(1), C, m, 1.0, entry, objective=False, critical=True)
+    first = group_stats_unchecked(part(1), C, m, 1.0, entry, objective=False, critical=True)
     assert first.T_crit is not None
     Tc = float(first.T_crit[0]) if k > 1 else 0.0
     if Tc <= 0 and T_start is None:  # constant data, or k = 1: nothing to anneal
@@ -245,16 +248,16 @@ def anneal_splits(
     for _ in range(max_temperatures):
         sub = part(C.shape[0])
         C, it = _fixed_point(sub, C, m, T, entry, max_iter, tol)
-        st = group_stats(sub, C, m, T, entry, critical=True)
+        st = group_stats_unchecked(sub, C, m, T, entry, critical=True)
         C, m, n_split = _split(C, m, st, T)
         if n_split:  # the new groups' fixed point at the same temperature
             sub = part(C.shape[0])
             C, it2 = _fixed_point(sub, C, m, T, entry, max_iter, tol)
             it += it2
-            st = group_stats(sub, C, m, T, entry, critical=True)
+            st = group_stats_unchecked(sub, C, m, T, entry, critical=True)
         C, m = _merge(C, m, merge_tol * T)
         if C.shape[0] != st.N.shape[0]:
-            st = group_stats(sub, C, m, T, entry, critical=True)
+            st = group_stats_unchecked(sub, C, m, T, entry, critical=True)
         m = _rebalance(m, st.V)
         total += it
         temps.append(T)
