@@ -267,7 +267,7 @@ def test_compiled_lloyd_equals_the_python_loop(tol: float, weighted: bool,
 def _lloyd_on_full_passes(X: np.ndarray, C0: np.ndarray, w: np.ndarray, max_iter: int,
                           nb: int) -> tuple[np.ndarray, np.ndarray, bool, int, int]:
     """``_loops.lloyd`` with every pass the unbounded :func:`_loops.hard` (the reference)."""
-    k, d = C0.shape
+    k = C0.shape[0]
     C, lab, prev, has_prev = C0.copy(), np.empty(len(X), np.int64), np.empty(0, np.int64), False
     for it in range(1, max_iter + 1):
         N, S, _ = _loops.hard(X, C, w, False, lab, np.empty((0, k), dtype=X.dtype), nb)

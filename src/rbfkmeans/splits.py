@@ -99,8 +99,8 @@ def _fixed_point(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment,
     ``v = C_2 - 2 C_1 + C``, ``alpha = -||r|| / ||v||`` (at most -1), the extrapolation
     ``C' = C - 2 alpha r + alpha^2 v`` and one stabilising step ``G(C')``. The step is kept only
     if ``F_T(C') <= F_T(C_1)`` (each plain step lowers ``F_T``), else (or when ``C'`` is not
-    finite) the cycle ends at ``C_2``: ``F_T`` never rises. Stops once a step moves the centroids by at most ``tol`` (squared)
-    or after ``max_iter`` evaluations of ``G``."""
+    finite) the cycle ends at ``C_2``: ``F_T`` never rises. Stops once a step moves the
+    centroids by at most ``tol`` (squared) or after ``max_iter`` evaluations of ``G``."""
     it = 0
     while it < max_iter:
         C1, _ = _map(data, C, m, T, entry, objective=False)  # F at C is not compared
