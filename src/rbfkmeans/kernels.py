@@ -140,7 +140,8 @@ def _array(t: Tensor) -> np.ndarray:
 
 
 #: an empty array of each dtype: the weights of unweighted data (one compiled kernel for both)
-_NO_WEIGHTS = {torch.float32: np.empty(0, np.float32), torch.float64: np.empty(0, np.float64)}
+_NO_WEIGHTS: dict[torch.dtype, np.ndarray] = {torch.float32: np.empty(0, np.float32),
+                                             torch.float64: np.empty(0, np.float64)}
 
 
 def _weights(w: Tensor | None, X: Tensor) -> np.ndarray:
