@@ -14,7 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rbfkmeans import RBFKMeans
+from rbfkmeans import RBFKMeans, splits
 from rbfkmeans.annealing import soft_lloyd
 from rbfkmeans.assignments import get_assignment
 from rbfkmeans.comm import Comm
@@ -175,7 +175,21 @@ def test_subsample_grows_and_nests() -> None:
     assert large.shape == (40, 2)
     assert {tuple(r) for r in small.tolist()} <= {tuple(r) for r in large.tolist()}
     assert pool.take(1000).X is X
+    assert pool.take(100).X is X
+    assert pool.take(70).X.shape == (70, 2)  # most of the rows, but a small copy
     assert not Comm().active
+
+
+def test_subsample_copies_most_of_large_data_only_below_half(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A subsample of more than half the rows is the data itself once its copy would exceed
+    ``SMALL_COPY`` entries (so a large copy stays below half of ``X``)."""
+    monkeypatch.setattr(splits, "SMALL_COPY", 99)
+    X = torch.arange(200, dtype=torch.float64).reshape(100, 2)
+    pool = Subsample(Data(X), torch.Generator().manual_seed(0))
+    assert pool.take(49).X.shape == (49, 2)
+    assert pool.take(50).X is X
+    assert pool.take(70).X is X
 
 
 def test_estimator_schedules_agree_on_separated_blobs() -> None:

@@ -6,7 +6,8 @@ allocations. With ``n`` rows, ``chunk_size`` rows per chunk and ``k`` clusters, 
 allocation of a fit, ``predict`` or ``score`` must stay below half a copy of ``X`` and hold at
 most a few chunks' worth of memberships (``4 x chunk x k``, far below ``n x k``); what may
 legitimately be O(n) is a few vectors (row norms, labels, the k-means++ distances), and the
-annealing subsample of the event-driven ladder (below half of ``X``). The
+annealing subsample of the event-driven ladder (below half of ``X``, unless that copy is small:
+``rbfkmeans.splits.SMALL_COPY`` entries). The
 peak-RSS figures for n up to 4 million are in ``benchmarks/bench_scale.py``.
 """
 
@@ -25,6 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 import rbfkmeans as rk
+from rbfkmeans import splits
 
 N, D, K, CHUNK = 6_000, 64, 32, 500
 
@@ -44,6 +46,7 @@ class _Allocations(TorchDispatchMode):
         self.largest = 0
         self.op = ""
         self.largest_numel = 0
+        self.copied_rows = 0  # the most rows of X gathered at once (the annealing subsample)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
@@ -56,6 +59,9 @@ class _Allocations(TorchDispatchMode):
                 storage = t.untyped_storage()
                 if storage.data_ptr() in inputs:
                     continue  # a view or an in-place result
+                if func is torch.ops.aten.index.Tensor and t.dim() == 2 and t.shape[1] == D:
+                    self.copied_rows = max(self.copied_rows, int(t.shape[0]))  # X[idx]
+                    continue
                 if storage.nbytes() > self.largest:
                     self.largest, self.op = storage.nbytes(), str(func)
                 self.largest_numel = max(self.largest_numel, t.numel())
@@ -79,7 +85,7 @@ def _measured() -> Iterator[dict[str, Any]]:
         _, numpy_peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         result.update(torch=mode.largest, op=mode.op, numel=mode.largest_numel,
-                      numpy=numpy_peak)
+                      rows=mode.copied_rows, numpy=numpy_peak)
 
 
 def _data(dtype: type = np.float32) -> np.ndarray:
@@ -93,9 +99,11 @@ def _check(m: dict[str, Any], X: np.ndarray, numpy_bound: float = 0.5, batch: in
     """At most a few chunks' memberships (the sparse mappings keep a 4 x chunk x k scratch), a
     few length-n vectors or one streamed batch at once; never half a copy of ``X``."""
     # the event-driven ladder anneals on a random subsample of at most max(4096, 64 k) rows,
-    # and never of half the rows or more
-    subsample = min(max(4096, 64 * K), N // 2) * D
-    assert m["numel"] <= max(4 * CHUNK * K, 8 * N, batch * D, subsample), m  # n x k: 3 times
+    # and of half the rows or more only when that copy is small
+    rows = m["rows"]
+    assert rows <= max(4096, 64 * K), m
+    assert 2 * rows < N or rows * D <= splits.SMALL_COPY, m
+    assert m["numel"] <= max(4 * CHUNK * K, 8 * N, batch * D), m  # n x k: 3 times
     assert m["torch"] < X.nbytes / 2, f"torch allocated {m['torch']} bytes in {m['op']}"
     assert m["numpy"] < numpy_bound * X.nbytes, f"numpy allocated up to {m['numpy']} bytes"
 

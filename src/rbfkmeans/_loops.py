@@ -120,7 +120,7 @@ def group(
         for i in range(b * block, min(n, (b + 1) * block)):
             xs = 0.0
             if given:
-                for t in range(d):
+                for t in range(d if spread else 0):  # ||x||^2 only for the spread
                     xs += float(X[i, t]) * float(X[i, t])
                 for j in range(g):
                     z[j] = scores[i, j]
@@ -237,7 +237,7 @@ def group(
                         qmax = float(np.float32(qmax))
                     if qmax < hard_below or m[lab] > 1:
                         acc[b, 2] += wi
-            for j in range(g):
+            for j in range(g if ns > 0 else 0):  # the gain weights of the splitting groups
                 sp = split_pos[j]
                 if sp < 0 or q[j] <= 0.0:
                     continue

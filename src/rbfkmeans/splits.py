@@ -40,7 +40,10 @@ from .lloyd import relocate_empty
 from .passes import Data
 from .seeding import weighted_mean
 
-__all__ = ["Subsample", "anneal_splits"]
+__all__ = ["SMALL_COPY", "Subsample", "anneal_splits"]
+
+#: a subsample of more than half the rows is copied only up to this many entries (``rows x d``)
+SMALL_COPY = 1 << 20
 
 
 class Subsample:
@@ -61,10 +64,11 @@ class Subsample:
         self._part = data
 
     def take(self, size: int) -> Data:
-        """The rows among the first ``size`` of the permutation (all of them once ``size`` is
-        half the rows over all ranks or more: the copy stays below half of ``X``)."""
+        """The rows among the first ``size`` of the permutation: the data itself once ``size``
+        covers all rows over all ranks, or half of them and the copy would hold more than
+        ``SMALL_COPY`` entries (a large copy stays below half of ``X``)."""
         data = self.data
-        if 2 * size >= self.total:  # a copy of half the data or more: use the data itself
+        if size >= self.total or (2 * size >= self.total and size * data.d > SMALL_COPY):
             return data
         if size != self._size:
             idx = (self.place < size).nonzero().squeeze(1)
