@@ -50,14 +50,18 @@ def _torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10_000), n=st.integers(1, 1500), d=st.integers(1, 16),
-       k=st.integers(1, 20), weighted=st.booleans())
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 1500),
+       d=st.one_of(st.integers(1, 16), st.integers(17, 80)), k=st.integers(1, 40),
+       weighted=st.booleans())
 def test_hard_pass_equals_the_torch_pass(seed: int, n: int, d: int, k: int,
                                          weighted: bool) -> None:
+    """Up to MAX_DIM features the kernel computes the scores; beyond, BLAS products of
+    WIDE_ROWS rows inside the kernel (n up to 1500 covers full and partial row blocks)."""
     X, w = _points(seed, n, d, weighted=weighted)
     data = Data(X, w)
     C = X[torch.randperm(n, generator=torch.Generator().manual_seed(seed))[: min(k, n)]] + 0.01
-    assert kernels.usable(data.X, C.shape[0])
+    assert kernels.usable(data.X, C.shape[0], scores=True)
+    assert kernels.usable(data.X, C.shape[0]) == (d <= kernels.MAX_DIM)
     fused = cluster_stats(data, C, 0.0, "hard", return_labels=True)
     os.environ["RBFKMEANS_KERNELS"] = "0"
     try:
@@ -189,19 +193,53 @@ def test_swap_costs_equal_the_torch_passes(weighted: bool,
 def test_sums_do_not_depend_on_the_number_of_threads() -> None:
     X, w = _points(6, 20_000, 3, weighted=True)
     C = X[:16].clone()
+    wide, _ = _points(7, 20_000, 40, dtype=torch.float32)
     m = torch.tensor([2] + [1] * 15)
     out = []
     before = torch.get_num_threads()
     try:
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            out.append((kernels.hard_pass(X, C, w, labels=None, objective=True),
-                        kernels.group_pass(X, C, m, 0.3, "entmax15", w, objective=True,
-                                           split=torch.tensor([0]), hard_tol=1e-7)))
+            out.append((*kernels.hard_pass(X, C, w, labels=None, objective=True),
+                        *kernels.group_pass(X, C, m, 0.3, "entmax15", w, objective=True,
+                                            split=torch.tensor([0]), hard_tol=1e-7),
+                        *kernels.hard_pass(wide, wide[:9].clone(), None, labels=None,
+                                           objective=True),
+                        *kernels.lloyd_run(wide, wide[:9].clone(), None, 5, 0.0)[:2]))
     finally:
         torch.set_num_threads(before)
-    for a, b in zip(out[0][0] + out[0][1], out[1][0] + out[1][1], strict=True):
+    for a, b in zip(out[0], out[1], strict=True):
         assert torch.equal(a, b)
+
+
+def test_wide_kernels_run_the_blas_on_one_thread_and_restore_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wide kernels' matrix products run on one BLAS thread each (a threaded BLAS inside the
+    kernel's parallel region would oversubscribe the cores; OpenBLAS warns it may hang); the
+    BLAS thread counts are restored afterwards."""
+    import scipy.linalg.cython_blas  # noqa: F401  (the BLAS numba's products call)
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_threads() -> list[int]:
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    seen: list[list[int]] = []
+    for name in ("hard_wide", "lloyd"):
+        real = getattr(_loops, name)
+
+        def spy(*args: object, real: object = real) -> object:
+            seen.append(blas_threads())
+            return real(*args)  # type: ignore[operator]
+
+        monkeypatch.setattr(_loops, name, spy)
+    X, _ = _points(12, 2000, 40)
+    with threadpool_limits(2, user_api="blas"):
+        before = blas_threads()
+        kernels.hard_pass(X, X[:8].clone(), None, labels=None, objective=True)
+        kernels.lloyd_run(X, X[:8].clone(), None, 3, 0.0)
+        assert blas_threads() == before
+    assert len(seen) == 2
+    assert all(threads == [1] * len(before) for threads in seen), seen
 
 
 def test_usable_rules(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -248,9 +286,11 @@ def test_fit_with_and_without_kernels_reaches_the_same_minimum(
 
 @pytest.mark.parametrize("tol", [0.0, 1e-3])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_compiled_lloyd_equals_the_python_loop(tol: float, weighted: bool,
+@pytest.mark.parametrize("d", [4, 40])
+def test_compiled_lloyd_equals_the_python_loop(tol: float, weighted: bool, d: int,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    X, w = _points(9, 3000, 4, weighted=weighted)
+    """On few features the compiled loop's passes are bounded, on wide data BLAS products."""
+    X, w = _points(9, 3000, d, weighted=weighted)
     data = Data(X, w)
     for max_iter in (1, 3, 300):
         C0 = X[:9].clone()
@@ -267,10 +307,9 @@ def test_compiled_lloyd_equals_the_python_loop(tol: float, weighted: bool,
 def _lloyd_on_full_passes(X: np.ndarray, C0: np.ndarray, w: np.ndarray, max_iter: int,
                           nb: int) -> tuple[np.ndarray, np.ndarray, bool, int, int]:
     """``_loops.lloyd`` with every pass the unbounded :func:`_loops.hard` (the reference)."""
-    k = C0.shape[0]
     C, lab, prev, has_prev = C0.copy(), np.empty(len(X), np.int64), np.empty(0, np.int64), False
     for it in range(1, max_iter + 1):
-        N, S, _ = _loops.hard(X, C, w, False, lab, np.empty((0, k), dtype=X.dtype), nb)
+        N, S, _ = _loops.hard(X, C, w, False, lab, nb)
         if (N == 0).any():
             return C, prev, has_prev, it - 1, 2
         C = (S / N[:, None]).astype(X.dtype)
@@ -298,7 +337,7 @@ def test_bounded_lloyd_passes_equal_full_passes_bit_for_bit(
     C0 = X[rng.integers(0, n, size=k)].copy()  # duplicates when k > distinct rows
     w = (rng.uniform(0.0, 3.0, size=n) if weighted else np.empty(0)).astype(dt)
     nb = kernels._blocks(n)
-    got = _loops.lloyd(X, C0, w, 100, 0.0, nb)
+    got = _loops.lloyd(X, C0, w, 100, 0.0, nb, False)
     want = _lloyd_on_full_passes(X, C0, w, 100, nb)
     assert got[2:] == want[2:]
     np.testing.assert_array_equal(got[0], want[0])

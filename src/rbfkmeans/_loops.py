@@ -16,7 +16,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["bounded", "group", "halves", "hard", "lloyd", "spread", "sum_blocks"]
+__all__ = ["WIDE_ROWS", "bounded", "group", "halves", "hard", "hard_wide", "lloyd", "spread",
+           "sum_blocks"]
 
 
 
@@ -44,11 +45,10 @@ def _centroid_terms(C):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def hard(X, C, w, objective, labels, scores, nb):
+def hard(X, C, w, objective, labels, nb):
     n, d = X.shape
     k = C.shape[0]
     has_w = w.shape[0] > 0
-    given = scores.shape[0] > 0  # ||c||^2 - 2 x.c from a matrix product (wide data)
     CT, csq = _centroid_terms(C)
     block = (n + nb - 1) // nb
     N = np.zeros((nb, k))
@@ -58,16 +58,12 @@ def hard(X, C, w, objective, labels, scores, nb):
     for b in prange(nb):
         g = G[b]
         for i in range(b * block, min(n, (b + 1) * block)):
-            if given:
+            for j in range(k):
+                g[j] = csq[j]
+            for t in range(d):
+                xt = -2.0 * float(X[i, t])
                 for j in range(k):
-                    g[j] = scores[i, j]
-            else:
-                for j in range(k):
-                    g[j] = csq[j]
-                for t in range(d):
-                    xt = -2.0 * float(X[i, t])
-                    for j in range(k):
-                        g[j] += xt * CT[t, j]
+                    g[j] += xt * CT[t, j]
             best = g[0]
             arg = 0
             for j in range(1, k):
@@ -86,6 +82,55 @@ def hard(X, C, w, objective, labels, scores, nb):
                 J[b] += wi * max(best + xs, 0.0)
     return sum_blocks(N), sum_blocks(S.reshape(nb, k * d)).reshape(k, d), \
         sum_blocks(J.reshape(nb, 1))[0]
+
+#: rows per matrix product in :func:`hard_wide` (their scores stay in the core's cache)
+WIDE_ROWS = 256
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def hard_wide(X, C, w, objective, labels, nb):
+    """:func:`hard` for wide data: each block's scores ``||c_j||^2 - 2 x_i.c_j`` from matrix
+    products of ``WIDE_ROWS`` rows at a time (BLAS, in ``X``'s dtype; the caller runs the BLAS
+    on one thread), then the same argmin and sums."""
+    n, d = X.shape
+    k = C.shape[0]
+    has_w = w.shape[0] > 0
+    CT = np.ascontiguousarray(C.T)  # (d, k) in X's dtype
+    csq = np.zeros(k)
+    for j in range(k):
+        for t in range(d):
+            csq[j] += float(C[j, t]) * float(C[j, t])
+    block = (n + nb - 1) // nb
+    N = np.zeros((nb, k))
+    S = np.zeros((nb, k, d))
+    J = np.zeros(nb)
+    for b in prange(nb):
+        end = min(n, (b + 1) * block)
+        for s0 in range(b * block, end, WIDE_ROWS):
+            s1 = min(end, s0 + WIDE_ROWS)
+            P = np.dot(X[s0:s1], CT)  # (rows, k); allocated here, as fast as a scratch array
+            for r in range(s1 - s0):
+                i = s0 + r
+                best = csq[0] - 2.0 * float(P[r, 0])
+                arg = 0
+                for j in range(1, k):
+                    v = csq[j] - 2.0 * float(P[r, j])
+                    if v < best:
+                        best = v
+                        arg = j
+                labels[i] = arg
+                wi = float(w[i]) if has_w else 1.0
+                N[b, arg] += wi
+                xs = 0.0
+                for t in range(d):
+                    x = float(X[i, t])
+                    S[b, arg, t] += wi * x
+                    xs += x * x
+                if objective:
+                    J[b] += wi * max(best + xs, 0.0)
+    return sum_blocks(N), sum_blocks(S.reshape(nb, k * d)).reshape(k, d), \
+        sum_blocks(J.reshape(nb, 1))[0]
+
 
 @njit(parallel=True, cache=True, nogil=True)
 def group(
@@ -417,26 +462,30 @@ def bounded(X, C, w, old, new, upper, lower, xs, delta, first, nb):
 
 
 @njit(cache=True, nogil=True)
-def lloyd(X, C0, w, max_iter, tol, nb):
-    """Lloyd iterations on bounded passes (:func:`bounded`), the stopping rules of
-    :func:`rbfkmeans.lloyd.lloyd`; stops before relocating an empty cluster (status 2)."""
+def lloyd(X, C0, w, max_iter, tol, nb, wide):
+    """Lloyd iterations on bounded passes (:func:`bounded`; ``wide``: full passes of
+    :func:`hard_wide`), the stopping rules of :func:`rbfkmeans.lloyd.lloyd`; stops before
+    relocating an empty cluster (status 2)."""
     n = X.shape[0]
     k, d = C0.shape
     C = C0.copy()
     lab = np.empty(n, dtype=np.int64)
     prev = np.zeros(n, dtype=np.int64)
     has_prev = False
-    xs = np.empty(n)
-    for i in range(n):
+    xs = np.empty(0 if wide else n)  # the bounds' ||x_i||^2, upper and lower bounds
+    for i in range(xs.shape[0]):
         s = 0.0
         for t in range(d):
             s += float(X[i, t]) * float(X[i, t])
         xs[i] = s
-    upper = np.empty(n)
-    lower = np.empty(n)
+    upper = np.empty(xs.shape[0])
+    lower = np.empty(xs.shape[0])
     delta = np.zeros(k)
     for it in range(1, max_iter + 1):
-        N, S = bounded(X, C, w, prev, lab, upper, lower, xs, delta, it == 1, nb)
+        if wide:
+            N, S, _ = hard_wide(X, C, w, False, lab, nb)
+        else:
+            N, S = bounded(X, C, w, prev, lab, upper, lower, xs, delta, it == 1, nb)
         for j in range(k):
             if N[j] == 0.0:  # an empty cluster: its relocation is left to the caller
                 return C, prev, has_prev, it - 1, 2

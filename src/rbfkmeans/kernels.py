@@ -44,10 +44,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import numpy as np
 import torch
+from threadpoolctl import ThreadpoolController
 from torch import Tensor
 
 from ._validation import check_positive_int
@@ -99,8 +100,9 @@ def _blocks(n: int) -> int:
 def usable(X: Tensor, width: int, *, gains: int = 0, scores: bool = False) -> bool:
     """Whether a pass over ``X`` (n, d) with ``width`` centroids (and ``gains`` gain matrices)
     runs in a kernel: :func:`enabled`, a CPU float tensor without autograd, at most
-    ``MAX_DIM`` features unless the caller hands the kernel its ``scores`` (and for any gain
-    matrix), and the partial sums of ``MAX_BLOCKS`` blocks within ``MAX_PARTIAL_ENTRIES``. It
+    ``MAX_DIM`` features unless the pass takes its ``scores`` from matrix products (a group
+    pass: the caller's; a hard pass or a Lloyd run: BLAS inside the kernel) and has no gain
+    matrix, and the partial sums of ``MAX_BLOCKS`` blocks within ``MAX_PARTIAL_ENTRIES``. It
     does not depend on ``n``, so every rank of a distributed fit decides alike."""
     if not isinstance(X, Tensor):
         raise TypeError(f"X must be a torch.Tensor; got {type(X).__name__}")
@@ -116,12 +118,29 @@ def usable(X: Tensor, width: int, *, gains: int = 0, scores: bool = False) -> bo
     return MAX_BLOCKS * (width * d + gains * d * d) <= MAX_PARTIAL_ENTRIES
 
 
+#: the BLAS libraries of this process (threadpoolctl), found at the first wide kernel
+_blas: ThreadpoolController | None = None
+
+
+def _one_blas_thread() -> AbstractContextManager[object]:
+    """The BLAS that numba's matrix products call (SciPy's), on one thread while a wide kernel
+    runs: each of the kernel's threads calls it on its own rows (a threaded BLAS inside the
+    parallel region would oversubscribe the cores, and OpenBLAS warns it may hang)."""
+    global _blas
+    if _blas is None:
+        import scipy.linalg.cython_blas  # noqa: F401  (what numba's np.dot calls)
+
+        _blas = ThreadpoolController()
+    return _blas.limit(limits=1, user_api="blas")
+
+
 @contextmanager
-def _launch() -> Iterator[None]:
+def _launch(blas: bool = False) -> Iterator[None]:
     """Around a kernel call: numba's thread count set to torch's (at most numba's), this process
     recorded as the pool's owner, and torch's thread count put back afterwards: the first
     parallel region of numba's OpenMP pool resets the count of the OpenMP runtime that torch
-    shares (a user's ``torch.set_num_threads(1)`` would silently become the core count)."""
+    shares (a user's ``torch.set_num_threads(1)`` would silently become the core count). With
+    ``blas``, the BLAS runs on one thread meanwhile (:func:`_one_blas_thread`)."""
     global _pool_pid
     assert numba is not None
     threads = torch.get_num_threads()
@@ -129,7 +148,8 @@ def _launch() -> Iterator[None]:
     most = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
     numba.set_num_threads(max(1, min(threads, most)))
     try:
-        yield
+        with _one_blas_thread() if blas else nullcontext():
+            yield
     finally:
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
@@ -150,20 +170,21 @@ def _weights(w: Tensor | None, X: Tensor) -> np.ndarray:
 
 
 def hard_pass(X: Tensor, C: Tensor, w: Tensor | None, *, labels: Tensor | None,
-              objective: bool, scores: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+              objective: bool) -> tuple[Tensor, Tensor, Tensor]:
     """One hard assignment of the rows of ``X`` (n, d) to ``C`` (k, d) (module docstring).
 
     Writes the nearest centroid of each row into ``labels`` (an (n,) int64 CPU tensor) when
     given, and returns ``N`` (k,) and ``S`` (k, d) in ``X``'s dtype and ``J`` as a float64 0-d
-    tensor (0 unless ``objective``). ``scores`` (n, k), if given, are ``||c_j||^2 - 2 x_i.c_j``
-    from a matrix product. Call only where :func:`usable` holds."""
+    tensor (0 unless ``objective``). Beyond ``MAX_DIM`` features the scores come from BLAS
+    products of a few hundred rows inside the kernel. Call only where :func:`usable` holds
+    (with ``scores=True`` for wide data)."""
     Xn = _array(X)
-    k = int(C.shape[0])
     out = labels.numpy() if labels is not None else np.empty(Xn.shape[0], dtype=np.int64)
-    given = np.empty((0, k), dtype=Xn.dtype) if scores is None else _array(scores.to(X.dtype))
-    with _launch():
-        N, S, J = _loops.hard(Xn, _array(C.to(X.dtype)), _weights(w, X), bool(objective), out,
-                               given, _blocks(Xn.shape[0]))
+    wide = Xn.shape[1] > MAX_DIM
+    with _launch(blas=wide):
+        N, S, J = (_loops.hard_wide if wide else _loops.hard)(
+            Xn, _array(C.to(X.dtype)), _weights(w, X), bool(objective), out,
+            _blocks(Xn.shape[0]))
     dt = X.dtype
     return (torch.from_numpy(N).to(dt), torch.from_numpy(S).to(dt),
             torch.tensor(J, dtype=torch.float64))
@@ -220,10 +241,11 @@ def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int,
     stopped on an empty cluster), the labels of the pass before the last one run (None if
     none), the iterations completed, and whether it converged. Single process only; call only
     where :func:`usable` holds."""
-    with _launch():
+    wide = int(X.shape[1]) > MAX_DIM
+    with _launch(blas=wide):
         C_out, prev, has_prev, it, status = _loops.lloyd(
             _array(X), _array(C.to(X.dtype)), _weights(w, X), int(max_iter), float(tol),
-            _blocks(int(X.shape[0])))
+            _blocks(int(X.shape[0])), wide)
     labels = torch.from_numpy(prev) if has_prev else None
     return torch.from_numpy(C_out), labels, int(it), status == 1
 
@@ -261,9 +283,12 @@ def warm_up() -> None:
     for dt in (torch.float32, torch.float64):
         X = torch.linspace(0.0, 1.0, 12, dtype=dt).view(6, 2)
         C = X[:2].clone()
+        wide = torch.linspace(0.0, 1.0, 6 * (MAX_DIM + 1), dtype=dt).view(6, MAX_DIM + 1)
         for w in (None, torch.ones(6, dtype=dt)):
-            hard_pass(X, C, w, labels=torch.empty(6, dtype=torch.long), objective=True)
-            lloyd_run(X, C, w, 3, 0.0)
+            for Xd in (X, wide):
+                hard_pass(Xd, Xd[:2].clone(), w, labels=torch.empty(6, dtype=torch.long),
+                          objective=True)
+                lloyd_run(Xd, Xd[:2].clone(), w, 3, 0.0)
             group_pass(X, C, torch.tensor([2, 1]), 1.0, "entmax15", w, objective=True,
                        split=torch.tensor([0]), hard_tol=1e-7)
             labels = torch.tensor([0, 0, 0, 1, 1, 1])

@@ -158,12 +158,12 @@ def lloyd(
     the points whose label cannot have changed (:class:`rbfkmeans.bounds.BoundedAssignment`;
     the sums are then kept in float64): the same Lloyd iterations up to rounding, at a fraction
     of the cost once few labels move. ``None`` (default) uses them from ``n k >= 2^20`` on
-    (measured: below that their bookkeeping costs more than the distances it saves), except
-    where the full pass runs in the fused kernel of :mod:`rbfkmeans.kernels` (few features on
-    the CPU: there a full pass costs less than the bookkeeping). There, in a single process and
-    without a callback, the iterations themselves run in compiled code
-    (:func:`rbfkmeans.kernels.lloyd_run`) until one leaves a cluster empty; the relocation and
-    what follows run here.
+    (measured: below that their bookkeeping costs more than the distances it saves), except on
+    few features on the CPU, where the compiled passes keep bounds of their own. Otherwise, on
+    the CPU in a single process and without a callback, the iterations run in compiled code
+    (:func:`rbfkmeans.kernels.lloyd_run`: bounded passes with the labels and sums of full ones
+    on few features, full passes on BLAS products beyond) until one leaves a cluster empty;
+    the relocation and what follows run here.
     """
     max_iter = check_positive_int(max_iter, "max_iter")
     check_nonnegative(tol, "tol")
@@ -182,7 +182,8 @@ def lloyd(
         bounded = BoundedAssignment(data)
     it = done = 0
     if (bounded is None and callback is None and not comm.active
-            and data.metric.name == "sqeuclidean" and kernels.usable(data.X, C.shape[0])):
+            and data.metric.name == "sqeuclidean"
+            and kernels.usable(data.X, C.shape[0], scores=True)):
         # the same iterations in compiled code, up to a pass that empties a cluster
         C, labels_old, done, converged = kernels.lloyd_run(data.X, C, data.w, max_iter, tol)
         it = done

@@ -206,10 +206,10 @@ def cluster_stats(
     A hard assignment or ``T = 0`` uses the nearest centroid (ties to the lowest index). A point
     counts as soft when its largest membership is below ``1 - hard_tol``. With
     ``objective=False`` only ``N`` and ``S`` are computed (the inner iterations of the soft
-    solvers); ``objective``, ``inertia`` and ``n_soft`` are then NaN. A hard pass on the CPU with
-    at most :data:`rbfkmeans.kernels.MAX_DIM` features runs in one sweep of the fused kernel of
-    :mod:`rbfkmeans.kernels`; on wider data the kernel takes each chunk's scores from the
-    matrix product (the same statistics up to rounding).
+    solvers); ``objective``, ``inertia`` and ``n_soft`` are then NaN. A hard pass on the CPU runs
+    in one sweep of the fused kernel of :mod:`rbfkmeans.kernels` (beyond
+    :data:`rbfkmeans.kernels.MAX_DIM` features with the scores of BLAS products of a few
+    hundred rows; the same statistics up to rounding).
     """
     entry = get_assignment(assignment)
     T = check_temperature(T)
@@ -225,20 +225,12 @@ def cluster_stats(
     n_soft = torch.zeros((), dtype=torch.float64, device=dev)
     labels = torch.empty(data.n, dtype=torch.long, device=dev) if return_labels else None
     X_sq = data.X_sq if objective else None
-    fused = hard and kernels.usable(data.X, k)  # one sweep of the kernel instead of chunks
+    fused = hard and kernels.usable(data.X, k, scores=True)  # one sweep of the kernel
     if fused:
         N, S, inertia = kernels.hard_pass(data.X, C, data.w, labels=labels, objective=objective)
-    wide = hard and not fused and kernels.usable(data.X, k, scores=True)
     for s in () if fused else data.chunks(k):
         Xc = data.X[s]  # (b, d)
         w = data.weight(s)  # (b,)
-        if wide:  # the kernel's argmin and sums over the scores of the matrix product
-            Nc, Sc, Jc = kernels.hard_pass(Xc, C, w, labels=None if labels is None else labels[s],
-                                           objective=objective, scores=cross_term(Xc, C, C_sq))
-            N += Nc
-            S += Sc
-            inertia += Jc
-            continue
         Xw = Xc if w is None else Xc * w.unsqueeze(1)  # (b, d)
         if hard:
             # (b,), (b,): the minimum of ||c||^2 - 2 x.c and its index
