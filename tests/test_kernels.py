@@ -22,7 +22,7 @@ from rbfkmeans import RBFKMeans, _loops, kernels
 from rbfkmeans.assignments import get_assignment
 from rbfkmeans.groups import GroupStats, _kernel_sums_chunked, _torch_sums, group_stats
 from rbfkmeans.lloyd import lloyd
-from rbfkmeans.passes import Data, cluster_stats
+from rbfkmeans.passes import Data, cluster_stats, nearest, nearest_labels
 from rbfkmeans.swaps import _halves, _removal_costs, _scatter_times, swap_costs
 
 SOFT = ["softmax", "entmax15", "sparsemax"]
@@ -405,3 +405,23 @@ def test_kernels_leave_torchs_thread_count_alone() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=300)
     assert out.stdout.split()[-1] == "1"
+
+
+@pytest.mark.parametrize("d", [8, 40])
+def test_predictions_label_rows_as_the_fit_passes_do(d: int) -> None:
+    """Midpoints of two float32 centroids are nearest to both up to rounding; the torch product
+    and the kernel's may break such ties differently, so predictions take the kernel's pass:
+    the labels a fit's hard pass gives (checked against the torch ones: the data does make
+    them differ)."""
+    rng = np.random.default_rng(d)
+    C = rng.normal(size=(16, d)).astype(np.float32)
+    a = rng.integers(0, 16, size=20_000)
+    b = (a + 1 + rng.integers(0, 15, size=a.size)) % 16
+    X = torch.from_numpy((C[a] + C[b]) / 2)
+    data, Ct = Data(X), torch.from_numpy(C)
+    fit_pass = cluster_stats(data, Ct, 0.0, "hard", return_labels=True).labels
+    assert fit_pass is not None
+    assert torch.equal(nearest_labels(data, Ct), fit_pass)
+    assert not torch.equal(nearest(data, Ct).labels, fit_pass)  # the ties are real
+    est = RBFKMeans(16, assignment="hard", max_iter=3, random_state=0).fit(X.numpy())
+    np.testing.assert_array_equal(est.predict(X.numpy()), est.labels_)

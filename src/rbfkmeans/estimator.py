@@ -54,7 +54,7 @@ from .layer import KMeansLayer
 from .mappings import hardmax
 from .metrics import check_nonzero_rows, cosine_similarity, get_metric
 from .online import OnlineFitMixin
-from .passes import Data, cluster_stats, nearest
+from .passes import Data, cluster_stats, nearest_labels
 from .runs import fit_run, run_schedules
 from .schedules import (
     covariance_spread,
@@ -428,7 +428,7 @@ class RBFKMeans(
         """Index of the nearest centroid of each row of ``X`` (ties to the lowest index)."""
         check_is_fitted(self)
         X = self._check_X(X, reset=False)
-        return _np(nearest(self._data(self._to_torch(X)), self._centers_t()).labels)
+        return _np(nearest_labels(self._data(self._to_torch(X)), self._centers_t()))
 
     def fit_predict(self, X: Any, y: Any = None, sample_weight: Any = None) -> np.ndarray:
         """Fit and return ``labels_`` (for a batch source: its rows' labels, in the order of a

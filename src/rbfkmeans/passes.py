@@ -45,7 +45,7 @@ from .comm import Comm
 from .distances import chunk_rows, cross_term, iter_chunks, row_min, row_norms_sq
 from .metrics import Metric, get_metric
 
-__all__ = ["Data", "Nearest", "Stats", "cluster_stats", "nearest"]
+__all__ = ["Data", "Nearest", "Stats", "cluster_stats", "nearest", "nearest_labels"]
 
 
 class Data:
@@ -275,6 +275,20 @@ def cluster_stats(
     data.comm.sum_(N, S, obj, inertia, n_soft)
     scale = data.metric.objective_scale  # the metric's objectives (1/2 of J, F_T for cosine)
     return Stats(N, S, scale * float(obj), scale * float(inertia), float(n_soft), labels)
+
+
+@torch.no_grad()
+def nearest_labels(data: Data, C: Tensor) -> Tensor:
+    """The nearest centroid of each local point (n,), ties to the lowest index, computed as the
+    hard passes of a fit compute it (the fused kernel on the CPU), so that a fit's labels and a
+    prediction on the same rows agree also where two centroids are equally near up to
+    rounding."""
+    C = data.check_centroids(C)
+    if kernels.usable(data.X, C.shape[0], scores=True):
+        labels = torch.empty(data.n, dtype=torch.long)
+        kernels.hard_pass(data.X, C, None, labels=labels, objective=False)
+        return labels
+    return nearest(data, C).labels
 
 
 @dataclass
