@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rbfkmeans import RBFKMeans, _loops, kernels
+from rbfkmeans import RBFKMeans, _lloyd_loops, _loops, kernels
 from rbfkmeans.assignments import get_assignment
 from rbfkmeans.groups import GroupStats, _kernel_sums_chunked, _torch_sums, group_stats
 from rbfkmeans.lloyd import lloyd
@@ -224,14 +224,14 @@ def test_wide_kernels_run_the_blas_on_one_thread_and_restore_it(
         return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
 
     seen: list[list[int]] = []
-    for name in ("hard_wide", "lloyd"):
-        real = getattr(_loops, name)
+    for module, name in ((_loops, "hard_wide"), (_lloyd_loops, "lloyd")):
+        real = getattr(module, name)
 
         def spy(*args: object, real: object = real) -> object:
             seen.append(blas_threads())
             return real(*args)  # type: ignore[operator]
 
-        monkeypatch.setattr(_loops, name, spy)
+        monkeypatch.setattr(module, name, spy)
     X, _ = _points(12, 2000, 40)
     with threadpool_limits(2, user_api="blas"):
         before = blas_threads()
@@ -306,7 +306,7 @@ def test_compiled_lloyd_equals_the_python_loop(tol: float, weighted: bool, d: in
 
 def _lloyd_on_full_passes(X: np.ndarray, C0: np.ndarray, w: np.ndarray, max_iter: int,
                           nb: int) -> tuple[np.ndarray, np.ndarray, bool, int, int]:
-    """``_loops.lloyd`` with every pass the unbounded :func:`_loops.hard` (the reference)."""
+    """``_lloyd_loops.lloyd`` with every pass the unbounded :func:`_loops.hard` (the reference)."""
     C, lab, prev, has_prev = C0.copy(), np.empty(len(X), np.int64), np.empty(0, np.int64), False
     for it in range(1, max_iter + 1):
         N, S, _ = _loops.hard(X, C, w, False, lab, nb)
@@ -337,7 +337,7 @@ def test_bounded_lloyd_passes_equal_full_passes_bit_for_bit(
     C0 = X[rng.integers(0, n, size=k)].copy()  # duplicates when k > distinct rows
     w = (rng.uniform(0.0, 3.0, size=n) if weighted else np.empty(0)).astype(dt)
     nb = kernels._blocks(n)
-    got = _loops.lloyd(X, C0, w, 100, 0.0, nb, False)
+    got = _lloyd_loops.lloyd(X, C0, w, 100, 0.0, nb, False)
     want = _lloyd_on_full_passes(X, C0, w, 100, nb)
     assert got[2:] == want[2:]
     np.testing.assert_array_equal(got[0], want[0])

@@ -8,7 +8,8 @@ and partial sums are added by scalar loops (array expressions there allocate tem
 scores are computed in float64 from ``C^T`` unless the caller hands them in (``scores`` with
 rows; wide data, where a BLAS product computes them).
 
-Only :mod:`rbfkmeans.kernels` imports this module; it needs numba.
+Only :mod:`rbfkmeans.kernels` and :mod:`rbfkmeans._lloyd_loops` (the Lloyd runs) import this
+module; it needs numba.
 """
 
 import math
@@ -16,8 +17,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["WIDE_ROWS", "bounded", "group", "halves", "hard", "hard_wide", "lloyd", "spread",
-           "sum_blocks"]
+__all__ = ["WIDE_ROWS", "group", "halves", "hard", "hard_wide", "spread", "sum_blocks"]
 
 
 
@@ -368,148 +368,3 @@ def halves(X, C, labels, V, w, nb):
             for t in range(d):
                 total[b, half, t] += wi * float(X[i, t])
     return sum_blocks(count), sum_blocks(total.reshape(nb, 2 * k * d)).reshape(2 * k, d)
-
-#: relative slack of the bounds (far above the few roundings each of them accumulates per step)
-_RHO = 64.0 * 2.0**-52
-
-
-@njit(parallel=True, cache=True, nogil=True)
-def bounded(X, C, w, old, new, upper, lower, xs, delta, first, nb):
-    """One hard pass that skips the rows whose label provably stays (Hamerly 2010): ``upper``
-    bounds the distance of row ``i`` to its centroid ``old[i]``, ``lower`` the distance to every
-    other (both refreshed here by the moves ``delta`` (k,) of the centroids since they were
-    set); a row is recomputed unless ``upper^2 + 2 E_i < max(lower, s_a - upper)^2``, with
-    ``s_a`` the distance of ``c_a`` to its nearest other centroid and ``E_i`` a bound on the
-    rounding error of a score. Rows recomputed take the scores, argmin and sums of :func:`hard`
-    in the same order, so labels and sums equal its bit for bit. ``first``: every row."""
-    n, d = X.shape
-    k = C.shape[0]
-    has_w = w.shape[0] > 0
-    CT, csq = _centroid_terms(C)
-    cmax = 0.0
-    for j in range(k):
-        cmax = max(cmax, csq[j])
-    kappa = 16.0 * (d + 4) * 2.0**-52  # E_i = kappa (||x_i||^2 + max_j ||c_j||^2)
-    sep = np.full(k, np.inf)  # a lower bound on the distance of c_a to its nearest other
-    for a in range(k):
-        for j in range(a + 1, k):
-            s2 = 0.0
-            for t in range(d):
-                dt = float(C[a, t]) - float(C[j, t])
-                s2 += dt * dt
-            s = math.sqrt(s2) * (1.0 - _RHO)
-            sep[a] = min(sep[a], s)
-            sep[j] = min(sep[j], s)
-    top = -1  # the centroid that moved most and the two largest moves
-    d1 = 0.0
-    d2 = 0.0
-    for j in range(k):
-        if delta[j] > d1:
-            d2 = d1
-            d1 = delta[j]
-            top = j
-        elif delta[j] > d2:
-            d2 = delta[j]
-    block = (n + nb - 1) // nb
-    N = np.zeros((nb, k))
-    S = np.zeros((nb, k, d))
-    G = np.empty((nb, k))
-    for b in prange(nb):
-        g = G[b]
-        for i in range(b * block, min(n, (b + 1) * block)):
-            a = old[i]
-            E = kappa * (xs[i] + cmax)
-            if not first:
-                u = (upper[i] + delta[a]) * (1.0 + _RHO)
-                l = max((lower[i] - (d2 if a == top else d1)) * (1.0 - _RHO), 0.0)
-                L = max(l, (sep[a] - u) * (1.0 - _RHO))
-                skip = u * u * (1.0 + _RHO) + 2.0 * E < L * L * (1.0 - _RHO)
-                if not skip:  # tighten the upper bound and test again
-                    ga = csq[a]
-                    for t in range(d):
-                        ga += -2.0 * float(X[i, t]) * CT[t, a]
-                    u = math.sqrt(max(ga + xs[i], 0.0) + E) * (1.0 + _RHO)
-                    skip = u * u * (1.0 + _RHO) + 2.0 * E < L * L * (1.0 - _RHO)
-                upper[i] = u
-                lower[i] = l
-            else:
-                skip = False
-            if not skip:
-                for j in range(k):
-                    g[j] = csq[j]
-                for t in range(d):
-                    xt = -2.0 * float(X[i, t])
-                    for j in range(k):
-                        g[j] += xt * CT[t, j]
-                g1 = g[0]
-                g2 = np.inf
-                a = 0
-                for j in range(1, k):
-                    if g[j] < g1:
-                        g2 = g1
-                        g1 = g[j]
-                        a = j
-                    elif g[j] < g2:
-                        g2 = g[j]
-                upper[i] = math.sqrt(max(g1 + xs[i], 0.0) + E) * (1.0 + _RHO)
-                lower[i] = math.sqrt(max(g2 + xs[i] - E, 0.0)) * (1.0 - _RHO)
-            new[i] = a
-            wi = float(w[i]) if has_w else 1.0
-            N[b, a] += wi
-            for t in range(d):
-                S[b, a, t] += wi * float(X[i, t])
-    return sum_blocks(N), sum_blocks(S.reshape(nb, k * d)).reshape(k, d)
-
-
-@njit(cache=True, nogil=True)
-def lloyd(X, C0, w, max_iter, tol, nb, wide):
-    """Lloyd iterations on bounded passes (:func:`bounded`; ``wide``: full passes of
-    :func:`hard_wide`), the stopping rules of :func:`rbfkmeans.lloyd.lloyd`; stops before
-    relocating an empty cluster (status 2)."""
-    n = X.shape[0]
-    k, d = C0.shape
-    C = C0.copy()
-    lab = np.empty(n, dtype=np.int64)
-    prev = np.zeros(n, dtype=np.int64)
-    has_prev = False
-    xs = np.empty(0 if wide else n)  # the bounds' ||x_i||^2, upper and lower bounds
-    for i in range(xs.shape[0]):
-        s = 0.0
-        for t in range(d):
-            s += float(X[i, t]) * float(X[i, t])
-        xs[i] = s
-    upper = np.empty(xs.shape[0])
-    lower = np.empty(xs.shape[0])
-    delta = np.zeros(k)
-    for it in range(1, max_iter + 1):
-        if wide:
-            N, S, _ = hard_wide(X, C, w, False, lab, nb)
-        else:
-            N, S = bounded(X, C, w, prev, lab, upper, lower, xs, delta, it == 1, nb)
-        for j in range(k):
-            if N[j] == 0.0:  # an empty cluster: its relocation is left to the caller
-                return C, prev, has_prev, it - 1, 2
-        C_new = np.empty_like(C)
-        shift = 0.0
-        for j in range(k):
-            move = 0.0
-            for t in range(d):
-                C_new[j, t] = S[j, t] / N[j]
-                step = float(C_new[j, t]) - float(C[j, t])
-                shift += step * step  # summed in this order, as the Python loop does
-                move += step * step
-            delta[j] = math.sqrt(move) * (1.0 + _RHO)
-        C = C_new
-        same = has_prev
-        if same:
-            for i in range(n):
-                if lab[i] != prev[i]:
-                    same = False
-                    break
-        if same:
-            return C, lab, True, it, 1
-        prev, lab = lab, prev
-        has_prev = True
-        if tol > 0.0 and shift <= tol:
-            return C, prev, True, it, 1
-    return C, prev, has_prev, max_iter, 0

@@ -28,7 +28,8 @@ the candidates ``y_ij < 1`` and adding them while the mass at the next one is be
 the two smallest distances and each cluster's scatter matrix; the weights and sums of each
 cluster's halves), and :func:`lloyd_run` runs whole Lloyd iterations (assignment, update,
 stopping rules) in compiled code for :func:`rbfkmeans.lloyd.lloyd`. The loops are in the
-private ``rbfkmeans._loops``; this module holds the rule, the threads and the typed wrappers.
+private ``rbfkmeans._loops`` (the passes) and ``rbfkmeans._lloyd_loops`` (the Lloyd runs); this
+module holds the rule, the threads and the typed wrappers.
 
 They run on CPU tensors. Up to ``MAX_DIM`` features they compute the scores themselves; for
 wider data a BLAS matrix product beats a per-row loop, so the caller hands them the scores of a
@@ -56,7 +57,7 @@ from ._validation import check_positive_int
 try:  # pragma: no cover - exercised by whichever environment runs the suite
     import numba
 
-    from . import _loops
+    from . import _lloyd_loops, _loops
 except ImportError:  # pragma: no cover
     numba = None  # type: ignore[assignment]
 
@@ -243,7 +244,7 @@ def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int,
     where :func:`usable` holds."""
     wide = int(X.shape[1]) > MAX_DIM
     with _launch(blas=wide):
-        C_out, prev, has_prev, it, status = _loops.lloyd(
+        C_out, prev, has_prev, it, status = _lloyd_loops.lloyd(
             _array(X), _array(C.to(X.dtype)), _weights(w, X), int(max_iter), float(tol),
             _blocks(int(X.shape[0])), wide)
     labels = torch.from_numpy(prev) if has_prev else None
