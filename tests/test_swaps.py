@@ -13,7 +13,7 @@ from scipy.spatial.distance import cdist
 from sklearn.metrics import adjusted_rand_score
 
 from rbfkmeans import RBFKMeans
-from rbfkmeans.lloyd import lloyd
+from rbfkmeans.lloyd import LloydResult, lloyd
 from rbfkmeans.passes import Data
 from rbfkmeans.swaps import swap_costs, swap_search
 
@@ -141,6 +141,51 @@ def test_swap_search_never_raises_j_and_ends_at_a_fixed_point(seed: int, k: int,
     wn = None if w is None else w.numpy()
     assert out.inertia == pytest.approx(inertia(X, out.C.numpy(), wn), rel=1e-10)
     assert torch.equal(Xt, X_before)
+
+
+def _twelve_blobs(seed: int) -> tuple[Data, LloydResult, float]:
+    """12 Gaussian blobs of 60 points, a Lloyd fixed point with k=10 from random points, and the
+    estimator's tolerance (1e-4 of the mean variance)."""
+    rng = np.random.default_rng(seed)
+    X = np.concatenate([rng.normal(loc, 1.0, size=(60, 2)) for loc in rng.uniform(-8, 8, (12, 2))])
+    Xt = torch.as_tensor(X)
+    data = Data(Xt)
+    start = lloyd(data, Xt[rng.choice(len(X), 10, replace=False)])
+    return data, start, 1e-4 * float(Xt.var(dim=0).mean())
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_last_look_only_lowers_j(seed: int) -> None:
+    """The last look starts where the search would have stopped: J ends lower or equal, at a
+    Lloyd fixed point, and exactly where the search ends without it when it finds nothing."""
+    data, start, tol = _twelve_blobs(seed)
+    plain = swap_search(data, start, tol=tol, generator=torch.Generator().manual_seed(seed))
+    look = swap_search(data, start, tol=tol, last_look=5,
+                       generator=torch.Generator().manual_seed(seed))
+    assert look.inertia <= plain.inertia
+    assert look.n_trials >= plain.n_trials
+    if look.n_swaps == plain.n_swaps:
+        assert torch.equal(look.C, plain.C)
+    again = lloyd(data, look.C, max_iter=1)
+    assert torch.equal(again.labels, look.labels)
+
+
+def test_last_look_finds_a_swap_the_rounds_missed() -> None:
+    """An instance (found by a search over seeds) where the three trials of the last round all
+    fail and the last look's finds a lower Lloyd fixed point (two more swaps follow)."""
+    data, start, tol = _twelve_blobs(253)
+    plain = swap_search(data, start, tol=tol, generator=torch.Generator().manual_seed(253))
+    look = swap_search(data, start, tol=tol, last_look=5,
+                       generator=torch.Generator().manual_seed(253))
+    assert look.inertia < plain.inertia * (1 - 1e-3)
+    assert look.n_swaps > plain.n_swaps
+
+
+def test_last_look_is_checked() -> None:
+    data, start, tol = _twelve_blobs(0)
+    with pytest.raises(ValueError, match=r"last_look must be an integer >= 0; got -1"):
+        swap_search(data, start, tol=tol, last_look=-1)
 
 
 def test_weights_equal_repeated_rows() -> None:

@@ -33,6 +33,8 @@ __all__ = ["SwapResult", "swap_costs", "swap_search"]
 #: a trial is kept only if it lowers J by this fraction: a trial that returns to the same fixed
 #: point (its centroids in another order) differs by rounding alone and must not be taken
 _GAIN = 1e-9
+#: the last look runs on the trials that ended within this fraction above J
+NEAR = 1e-3
 
 
 @dataclass
@@ -145,6 +147,51 @@ def _breathe(data: Data, best: LloydResult, gain: Tensor, halves: Tensor, m: int
     return trial, grown.n_iter + trial.n_iter
 
 
+def _cheapest_swaps(removal: Tensor, gain: Tensor, m: int,
+                    budget: float) -> list[tuple[float, int, int]]:
+    """Up to ``m`` swaps ``(predicted change, a, j)`` in increasing order of
+    ``removal[a] - gain[j]``, among the ``m + 1`` cheapest removals and the ``m + 1`` largest
+    positive gains, each predicted to cost at most ``budget``."""
+    k = removal.numel()
+    top = min(k, m + 1)
+    cheap = removal.argsort()[:top].tolist()
+    g = gain.tolist()
+    useful = [j for j in gain.argsort(descending=True)[:top].tolist() if g[j] > 0]
+    r = removal.tolist()
+    pairs = sorted((r[a] - g[j], a, j) for a in cheap for j in useful if a != j)
+    return [p for p in pairs if p[0] <= budget][:m]
+
+
+def _last_look(data: Data, best: LloydResult, tried: list[LloydResult],
+               pairs: list[tuple[float, int, int]], removal: Tensor, gain: Tensor,
+               halves: Tensor, last_look: int, slack: float, max_iter: int,
+               tol: float) -> tuple[LloydResult | None, int, int]:
+    """The last look of :func:`swap_search` before it stops: the near misses among ``tried``
+    run on to ``tol / 100``, then the cheapest swaps not in ``pairs``, up to ``last_look`` in
+    all. Returns the first result below ``J`` (or None), the Lloyd iterations and the trials."""
+    n_iter = n_trials = 0
+    goal = best.inertia * (1.0 - _GAIN)
+    for trial in sorted(tried, key=lambda t: t.inertia):
+        if trial.inertia >= best.inertia * (1.0 + NEAR):
+            break
+        more = lloyd(data, trial.C, max_iter=max_iter, tol=tol / 100.0)
+        n_iter += more.n_iter
+        if more.inertia < goal:
+            return more, n_iter, n_trials
+    seen = {(a, j) for _, a, j in pairs}
+    for _, a, j in _cheapest_swaps(removal, gain, last_look, slack * best.inertia):
+        if (a, j) in seen:
+            continue
+        C = best.C.clone()
+        C[a], C[j] = halves[j, 0], halves[j, 1]
+        trial = lloyd(data, C, max_iter=max_iter, tol=tol)
+        n_iter += trial.n_iter
+        n_trials += 1
+        if trial.inertia < goal:
+            return trial, n_iter, n_trials
+    return None, n_iter, n_trials
+
+
 @torch.no_grad()
 def swap_costs(
     data: Data,
@@ -215,6 +262,7 @@ def swap_search(
     max_iter: int = 300,
     tol: float = 0.0,
     max_moves: int = 1,
+    last_look: int = 0,
     generator: torch.Generator | None = None,
 ) -> SwapResult:
     r"""Local search over Lloyd fixed points by moving one centroid at a time (module docstring).
@@ -235,6 +283,15 @@ def swap_search(
     nearest neighbour of another deleted one; Lloyd with ``k``); kept if ``J`` drops (the same
     ``M`` is tried again), else ``M`` decreases by one, down to the single swaps above. Each
     moved centroid counts as one swap.
+
+    With ``last_look = L > n_candidates`` (and ``tol > 0``) a round without improvement is
+    followed by a last look before the search stops, measured against the result it would
+    return (the best fixed point so far, polished until its labels settle): the round's trials
+    that ended within ``NEAR`` (0.1%) of its ``J`` run on until their centroids move by at most
+    ``tol / 100`` (a trial stopped at ``tol`` is often still above a fixed point that beats
+    ``J``), then the next swaps in order of predicted cost are tried, up to ``L`` in the round;
+    an improvement resumes the search. Everything before that point is as without it, so the
+    result's ``J`` is lower than or equal to the one without it.
     """
     if not isinstance(start, LloydResult):
         raise TypeError(f"start must be a LloydResult; got {type(start).__name__}")
@@ -242,12 +299,14 @@ def swap_search(
         raise ValueError(f"max_swaps must be an integer >= 0; got {max_swaps!r}")
     n_candidates = check_positive_int(n_candidates, "n_candidates")
     depth = check_positive_int(max_moves, "max_moves")
+    last_look = check_positive_int(last_look, "last_look", minimum=0)
     if not (isinstance(slack, int | float) and slack >= 0):
         raise ValueError(f"slack must be a number >= 0; got {slack!r}")
     best = start
     n_iter = n_swaps = n_trials = 0
     k = start.C.shape[0]
     costs: tuple[Tensor, Tensor, Tensor] | None = None
+    settled = False  # best is already the polished result the search returns
     while n_swaps < max_swaps and k >= 2 and best.inertia > 0:
         if costs is None:
             costs = swap_costs(data, best.C, best.labels, generator=generator)
@@ -267,14 +326,9 @@ def swap_search(
             else:
                 depth -= 1
             continue
-        top = min(k, n_candidates + 1)
-        cheap = removal.argsort()[:top].tolist()
-        g = gain.tolist()
-        useful = [j for j in gain.argsort(descending=True)[:top].tolist() if g[j] > 0]
-        r = removal.tolist()
-        pairs = sorted((r[a] - g[j], a, j) for a in cheap for j in useful if a != j)
-        pairs = [p for p in pairs if p[0] <= slack * best.inertia][:n_candidates]
+        pairs = _cheapest_swaps(removal, gain, n_candidates, slack * best.inertia)
         improved = False
+        tried: list[LloydResult] = []
         for _, a, j in pairs:
             C = best.C.clone()
             C[a], C[j] = halves[j, 0], halves[j, 1]
@@ -285,9 +339,22 @@ def swap_search(
                 best, improved, costs = trial, True, None
                 n_swaps += 1
                 break
+            tried.append(trial)
+        if not improved and last_look > n_candidates and tol > 0:
+            if n_swaps and not settled:  # what the search would return: the look must beat it
+                polished = lloyd(data, best.C, max_iter=max_iter)
+                n_iter += polished.n_iter
+                best, settled = polished, True
+            found, its, trials = _last_look(data, best, tried, pairs, removal, gain, halves,
+                                            last_look, slack, max_iter, tol)
+            n_iter += its
+            n_trials += trials
+            if found is not None:
+                best, improved, costs, settled = found, True, None, False
+                n_swaps += 1
         if not improved:
             break
-    if tol > 0 and n_swaps:  # the trials stopped on the tolerance: settle the labels
+    if tol > 0 and n_swaps and not settled:  # the trials stopped on the tolerance: settle
         polished = lloyd(data, best.C, max_iter=max_iter)
         n_iter += polished.n_iter
         best = polished
