@@ -26,7 +26,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from ._loops import _centroid_terms, hard_wide, sum_blocks
+from ._loops import _add_row, _centroid_terms, _row_scores, hard_wide, sum_blocks
 
 __all__ = ["bounded", "lloyd"]
 
@@ -77,6 +77,8 @@ def bounded(X, C, w, old, new, upper, lower, xs, delta, first, nb):
     G = np.empty((nb, k))
     for b in prange(nb):
         g = G[b]
+        Nb = N[b]
+        Sb = S[b]
         for i in range(b * block, min(n, (b + 1) * block)):
             a = old[i]
             E = kappa * (xs[i] + cmax)
@@ -96,12 +98,7 @@ def bounded(X, C, w, old, new, upper, lower, xs, delta, first, nb):
             else:
                 skip = False
             if not skip:
-                for j in range(k):
-                    g[j] = csq[j]
-                for t in range(d):
-                    xt = -2.0 * float(X[i, t])
-                    for j in range(k):
-                        g[j] += xt * CT[t, j]
+                _row_scores(X, i, CT, csq, g)
                 g1 = g[0]
                 g2 = np.inf
                 a = 0
@@ -115,10 +112,7 @@ def bounded(X, C, w, old, new, upper, lower, xs, delta, first, nb):
                 upper[i] = math.sqrt(max(g1 + xs[i], 0.0) + E) * (1.0 + _RHO)
                 lower[i] = math.sqrt(max(g2 + xs[i] - E, 0.0)) * (1.0 - _RHO)
             new[i] = a
-            wi = float(w[i]) if has_w else 1.0
-            N[b, a] += wi
-            for t in range(d):
-                S[b, a, t] += wi * float(X[i, t])
+            _add_row(X, i, float(w[i]) if has_w else 1.0, Nb, Sb, a)
     return sum_blocks(N), sum_blocks(S.reshape(nb, k * d)).reshape(k, d)
 
 

@@ -44,6 +44,42 @@ def _centroid_terms(C):
     return CT, csq
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _row_scores(X, i, CT, csq, g):
+    """``g_j = ||c_j||^2 - 2 x_i.c_j`` (k,) in float64, the features added in order."""
+    for j in range(g.shape[0]):
+        g[j] = csq[j]
+    for t in range(X.shape[1]):
+        xt = -2.0 * float(X[i, t])
+        for j in range(g.shape[0]):
+            g[j] += xt * CT[t, j]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _argmin(g):
+    """The smallest entry of ``g`` and its index (ties to the lowest)."""
+    best = g[0]
+    arg = 0
+    for j in range(1, g.shape[0]):
+        if g[j] < best:
+            best = g[j]
+            arg = j
+    return best, arg
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _add_row(X, i, wi, N, S, a):
+    """Row ``i`` of weight ``wi`` into cluster ``a`` of one block's sums ``N`` (k,), ``S`` (k, d);
+    returns ``||x_i||^2``."""
+    N[a] += wi
+    xs = 0.0
+    for t in range(X.shape[1]):
+        x = float(X[i, t])
+        S[a, t] += wi * x
+        xs += x * x
+    return xs
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def hard(X, C, w, objective, labels, nb):
     n, d = X.shape
@@ -57,27 +93,14 @@ def hard(X, C, w, objective, labels, nb):
     G = np.empty((nb, k))  # each block's scores (scratch allocated per block is slower)
     for b in prange(nb):
         g = G[b]
+        Nb = N[b]
+        Sb = S[b]
         for i in range(b * block, min(n, (b + 1) * block)):
-            for j in range(k):
-                g[j] = csq[j]
-            for t in range(d):
-                xt = -2.0 * float(X[i, t])
-                for j in range(k):
-                    g[j] += xt * CT[t, j]
-            best = g[0]
-            arg = 0
-            for j in range(1, k):
-                if g[j] < best:
-                    best = g[j]
-                    arg = j
+            _row_scores(X, i, CT, csq, g)
+            best, arg = _argmin(g)
             labels[i] = arg
             wi = float(w[i]) if has_w else 1.0
-            N[b, arg] += wi
-            xs = 0.0
-            for t in range(d):
-                x = float(X[i, t])
-                S[b, arg, t] += wi * x
-                xs += x * x
+            xs = _add_row(X, i, wi, Nb, Sb, arg)
             if objective:
                 J[b] += wi * max(best + xs, 0.0)
     return sum_blocks(N), sum_blocks(S.reshape(nb, k * d)).reshape(k, d), \
@@ -104,28 +127,23 @@ def hard_wide(X, C, w, objective, labels, nb):
     N = np.zeros((nb, k))
     S = np.zeros((nb, k, d))
     J = np.zeros(nb)
+    G = np.empty((nb, k))
     for b in prange(nb):
+        g = G[b]
+        Nb = N[b]
+        Sb = S[b]
         end = min(n, (b + 1) * block)
         for s0 in range(b * block, end, WIDE_ROWS):
             s1 = min(end, s0 + WIDE_ROWS)
             P = np.dot(X[s0:s1], CT)  # (rows, k); allocated here, as fast as a scratch array
             for r in range(s1 - s0):
                 i = s0 + r
-                best = csq[0] - 2.0 * float(P[r, 0])
-                arg = 0
-                for j in range(1, k):
-                    v = csq[j] - 2.0 * float(P[r, j])
-                    if v < best:
-                        best = v
-                        arg = j
+                for j in range(k):
+                    g[j] = csq[j] - 2.0 * float(P[r, j])
+                best, arg = _argmin(g)
                 labels[i] = arg
                 wi = float(w[i]) if has_w else 1.0
-                N[b, arg] += wi
-                xs = 0.0
-                for t in range(d):
-                    x = float(X[i, t])
-                    S[b, arg, t] += wi * x
-                    xs += x * x
+                xs = _add_row(X, i, wi, Nb, Sb, arg)
                 if objective:
                     J[b] += wi * max(best + xs, 0.0)
     return sum_blocks(N), sum_blocks(S.reshape(nb, k * d)).reshape(k, d), \
@@ -319,14 +337,10 @@ def spread(X, C, labels, w, scatter, nb):
         g = G[b]
         y = Y[b]
         for i in range(b * block, min(n, (b + 1) * block)):
-            for j in range(k):
-                g[j] = csq[j]
+            _row_scores(X, i, CT, csq, g)
             xs = 0.0
             for t in range(d):
-                x = float(X[i, t])
-                xs += x * x
-                for j in range(k):
-                    g[j] += -2.0 * x * CT[t, j]
+                xs += float(X[i, t]) * float(X[i, t])
             g1 = np.inf  # the two smallest scores (as a sorted top-2 would give them)
             g2 = np.inf
             for j in range(k):
