@@ -221,3 +221,24 @@ def test_hard_assignment_never_swaps() -> None:
     est = RBFKMeans(3, assignment="hard", init=C0, n_init=1).fit(X)
     assert est.n_swaps_ == 0
     assert est.inertia_ > 20 * RBFKMeans(3, random_state=0).fit(X).inertia_  # stays misallocated
+
+
+@pytest.mark.parametrize(("k", "schedule", "look"),
+                         [(6, "splits", 5), (20, "splits", 10), (40, "splits", 12),
+                          (20, "geometric", 0)])
+def test_estimator_last_look_grows_with_k(k: int, schedule: str, look: int,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The event-driven fit's search looks at k // 2 swaps (5 to 12) before it stops; the
+    geometric ladder's search takes no last look."""
+    import rbfkmeans.runs as runs
+
+    seen: list[int] = []
+
+    def spy(*args: object, **kwargs: object) -> object:
+        seen.append(int(kwargs["last_look"]))  # type: ignore[call-overload]
+        return swap_search(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runs, "swap_search", spy)
+    X = np.random.default_rng(0).normal(size=(400, 2))
+    RBFKMeans(k, schedule=schedule, n_init=1, random_state=0).fit(X)
+    assert seen == [look]

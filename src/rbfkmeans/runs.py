@@ -11,7 +11,7 @@ A run from a seed ``s`` is
 3. the hard Lloyd polish until the labels settle (:func:`rbfkmeans.lloyd.lloyd`), so the result
    is a Lloyd fixed point;
 4. the swap search (:func:`rbfkmeans.swaps.swap_search`) when annealed, with a last look at
-   ``LAST_LOOK`` swaps before it stops on the event-driven ladder.
+   ``k // 2`` swaps (within ``LAST_LOOK``) before it stops on the event-driven ladder.
 
 On more than ``2 max(SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER k)`` rows the event-driven run
 polishes and searches on a random subsample of that size, then polishes once more on all rows.
@@ -53,9 +53,10 @@ __all__ = ["LAST_LOOK", "SEARCH_MIN_ROWS", "SEARCH_ROWS_PER_CLUSTER", "SMALL_FIT
 #: than twice as many), then polishes on all rows.
 SEARCH_MIN_ROWS = 65536
 SEARCH_ROWS_PER_CLUSTER = 256
-#: The event-driven run's swap search takes a last look at this many swaps before it stops
-#: (:func:`rbfkmeans.swaps.swap_search`); the geometric ladder's search stops without one.
-LAST_LOOK = 5
+#: The event-driven run's swap search takes a last look at ``k // 2`` swaps, within these
+#: bounds, before it stops (:func:`rbfkmeans.swaps.swap_search`); the geometric ladder's search
+#: stops without one.
+LAST_LOOK = (5, 12)
 #: A default fit of at most this many point-centroid pairs (``n k``: a few hundred points) runs
 #: both ladders and keeps the better: the geometric one is the more thorough search on tiny
 #: data, and the two together still take a few tens of milliseconds there.
@@ -177,7 +178,8 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
     if not hard_only and est.max_swaps > 0:
         final = swap_search(search, hard, max_swaps=est.max_swaps, max_iter=est.max_iter,
                             tol=abs_tol, max_moves=max(1, min(5, est.n_clusters // 4)),
-                            last_look=LAST_LOOK if event_driven(est, data, schedule) else 0,
+                            last_look=min(LAST_LOOK[1], max(LAST_LOOK[0], est.n_clusters // 2))
+                            if event_driven(est, data, schedule) else 0,
                             generator=gen)
         n_hard_iter += final.n_iter
         n_swaps = final.n_swaps
