@@ -410,9 +410,9 @@ def test_kernels_leave_torchs_thread_count_alone() -> None:
 @pytest.mark.parametrize("d", [8, 40])
 def test_predictions_label_rows_as_the_fit_passes_do(d: int) -> None:
     """Midpoints of two float32 centroids are nearest to both up to rounding; the torch product
-    and the kernel's may break such ties differently, so predictions take the kernel's pass:
-    the labels a fit's hard pass gives (checked against the torch ones: the data does make
-    them differ)."""
+    and the kernel's may break such ties differently (on few features by construction: the
+    kernel's scores are float64), so predictions take the kernel's pass: the labels a fit's hard
+    pass gives."""
     rng = np.random.default_rng(d)
     C = rng.normal(size=(16, d)).astype(np.float32)
     a = rng.integers(0, 16, size=20_000)
@@ -422,6 +422,7 @@ def test_predictions_label_rows_as_the_fit_passes_do(d: int) -> None:
     fit_pass = cluster_stats(data, Ct, 0.0, "hard", return_labels=True).labels
     assert fit_pass is not None
     assert torch.equal(nearest_labels(data, Ct), fit_pass)
-    assert not torch.equal(nearest(data, Ct).labels, fit_pass)  # the ties are real
+    if d <= kernels.MAX_DIM:  # float64 scores in the kernel, float32 in torch: the ties differ
+        assert not torch.equal(nearest(data, Ct).labels, fit_pass)
     est = RBFKMeans(16, assignment="hard", max_iter=3, random_state=0).fit(X.numpy())
     np.testing.assert_array_equal(est.predict(X.numpy()), est.labels_)
