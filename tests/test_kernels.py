@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from rbfkmeans import RBFKMeans, _lloyd_loops, _loops, kernels
 from rbfkmeans.assignments import get_assignment
-from rbfkmeans.groups import GroupStats, _kernel_sums_chunked, _torch_sums, group_stats
+from rbfkmeans.groups import GroupStats, _kernel_sums_wide, _torch_sums, group_stats
 from rbfkmeans.lloyd import lloyd
 from rbfkmeans.passes import Data, cluster_stats, nearest, nearest_labels
 from rbfkmeans.swaps import _halves, _removal_costs, _scatter_times, swap_costs
@@ -125,10 +125,10 @@ def test_group_pass_equals_the_torch_pass(name: str, seed: int, d: int, g: int, 
     if kernels.usable(data.X, g, gains=gains):
         got = kernels.group_pass(X, C, m, T, name, w, objective=True, split=split,
                                  hard_tol=1e-7)
-    else:  # wide data: scores (and gains) by matrix products
+    else:  # wide data: scores by BLAS products in the kernel, gains by matrix products
         assert d > kernels.MAX_DIM
         assert kernels.usable(data.X, g, scores=True)
-        got = _kernel_sums_chunked(data, C, m, T, get_assignment(name), True, split, 1e-7)
+        got = _kernel_sums_wide(data, C, m, T, get_assignment(name), True, split, 1e-7)
         if split is None:
             got = (*got[:4], torch.zeros(0, d, d, dtype=torch.float64))
     ref = _torch_sums(data, C, m, T, get_assignment(name), True, split, 1e-7)
@@ -224,7 +224,7 @@ def test_wide_kernels_run_the_blas_on_one_thread_and_restore_it(
         return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
 
     seen: list[list[int]] = []
-    for module, name in ((_loops, "hard_wide"), (_lloyd_loops, "lloyd")):
+    for module, name in ((_loops, "hard_wide"), (_lloyd_loops, "lloyd"), (_loops, "group")):
         real = getattr(module, name)
 
         def spy(*args: object, real: object = real) -> object:
@@ -237,8 +237,10 @@ def test_wide_kernels_run_the_blas_on_one_thread_and_restore_it(
         before = blas_threads()
         kernels.hard_pass(X, X[:8].clone(), None, labels=None, objective=True)
         kernels.lloyd_run(X, X[:8].clone(), None, 3, 0.0)
+        kernels.group_pass(X, X[:3].clone(), torch.tensor([2, 1, 1]), 1.0, "entmax15", None,
+                           objective=True, split=None, hard_tol=1e-7)
         assert blas_threads() == before
-    assert len(seen) == 2
+    assert len(seen) == 3
     assert all(threads == [1] * len(before) for threads in seen), seen
 
 
@@ -247,7 +249,7 @@ def test_usable_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     wide = torch.randn(50, kernels.MAX_DIM + 1, dtype=torch.float64)
     assert kernels.usable(X, 8)
     assert kernels.usable(X, 8, gains=3)
-    assert not kernels.usable(wide, 8)  # wide data: only with the scores handed in
+    assert not kernels.usable(wide, 8)  # wide data: only passes with BLAS products inside
     assert kernels.usable(wide, 8, scores=True)
     assert not kernels.usable(wide, 8, gains=2, scores=True)  # d x d gains: few features only
     assert not kernels.usable(X.requires_grad_(), 8)

@@ -152,13 +152,14 @@ def hard_wide(X, C, w, objective, labels, nb):
 
 @njit(parallel=True, cache=True, nogil=True)
 def group(
-    X, C, m, T, kind, w, objective, spread, hard_tol, single, split_pos, ns, GW, scores, nb
+    X, C, m, T, kind, w, objective, spread, hard_tol, single, split_pos, ns, GW, wide, nb
 ):
     n, d = X.shape
     g = C.shape[0]
-    given = scores.shape[0] > 0  # z from a matrix product (wide data)
     has_w = w.shape[0] > 0
     CT, csq = _centroid_terms(C)
+    CX = np.ascontiguousarray(C.T)  # (d, g) in X's dtype, for the products of wide data
+    none = np.empty((0, g), dtype=X.dtype)
     h = 0.5 * csq  # ||c_j||^2 / 2
     md = m.astype(np.float64)
     logm = np.log(md)
@@ -180,145 +181,151 @@ def group(
         ys = scratch[b, 2]
         ms = scratch[b, 3]
         y_row = diff[b]
-        for i in range(b * block, min(n, (b + 1) * block)):
-            xs = 0.0
-            if given:
-                for t in range(d if spread else 0):  # ||x||^2 only for the spread
-                    xs += float(X[i, t]) * float(X[i, t])
-                for j in range(g):
-                    z[j] = scores[i, j]
-            elif g < 8:  # few groups: one dot product per group (the same sums, in order)
-                for t in range(d):
-                    x = float(X[i, t])
-                    xs += x * x
-                for j in range(g):
-                    zj = -h[j]
-                    for t in range(d):
-                        zj += float(X[i, t]) * CT[t, j]
-                    z[j] = zj
-                for j in range(g):
-                    z[j] /= T
-            else:
-                for j in range(g):
-                    z[j] = -h[j]
-                for t in range(d):
-                    x = float(X[i, t])
-                    xs += x * x
+        start = b * block
+        end = min(n, (b + 1) * block)
+        for s0 in range(start, end, WIDE_ROWS if wide else max(1, end - start)):
+            s1 = min(end, s0 + WIDE_ROWS) if wide else end
+            # wide data: the rows' x_i . c_j by one BLAS product (X's dtype; one BLAS thread)
+            P = np.dot(X[s0:s1], CX) if wide else none
+            for i in range(s0, s1):
+                xs = 0.0
+                if wide:
+                    for t in range(d if spread else 0):  # ||x||^2 only for the spread
+                        xs += float(X[i, t]) * float(X[i, t])
                     for j in range(g):
-                        z[j] += x * CT[t, j]
-                for j in range(g):
-                    z[j] /= T
-            zmax = z[0]
-            lab = 0
-            for j in range(1, g):
-                if z[j] > zmax:
-                    zmax = z[j]
-                    lab = j
-            tot = 0.0
-            if kind == 0:  # softmax of z + log m
-                for j in range(g):
-                    q[j] = math.exp(z[j] - zmax + logm[j])
-                    tot += q[j]
-            else:  # the candidates y < 1, sorted (insertion: there are few of them)
-                c = 0
-                for j in range(g):
-                    y = a * (zmax - z[j])
-                    if y < 1.0:
-                        p = c
-                        while p > 0 and ys[p - 1] > y:
-                            ys[p] = ys[p - 1]
-                            ms[p] = ms[p - 1]
-                            p -= 1
-                        ys[p] = y
-                        ms[p] = md[j]
-                        c += 1
-                M = 0.0
-                S1 = 0.0
-                S2 = 0.0
-                s = 0
-                while s < c:  # add y_s while the mass at t = y_s is below one
-                    y = ys[s]
-                    f = M * y * y - 2.0 * S1 * y + S2 if kind == 1 else M * y - S1
-                    if f >= 1.0:
-                        break
-                    M += ms[s]
-                    S1 += ms[s] * y
-                    S2 += ms[s] * y * y
-                    s += 1
-                y_s = ys[s - 1]
-                f_s = 0.0
-                U1 = 0.0
-                for r in range(s):  # the mass at y_s, summed term by term
-                    u = y_s - ys[r]
-                    U1 += ms[r] * u
-                    f_s += ms[r] * (u * u if kind == 1 else u)
-                rest = 1.0 - f_s
-                if kind == 1:
-                    t_i = y_s + rest / (U1 + math.sqrt(U1 * U1 + M * rest))
-                else:
-                    t_i = y_s + rest / M
-                for j in range(g):
-                    r_ = t_i - a * (zmax - z[j])
-                    if r_ > 0.0:
-                        q[j] = md[j] * (r_ * r_ if kind == 1 else r_)
-                    else:
-                        q[j] = 0.0
-                    tot += q[j]
-            wi = float(w[i]) if has_w else 1.0
-            inv = 1.0 / tot
-            qmax = 0.0
-            gap = 0.0
-            ent = 0.0
-            for j in range(g):
-                qj = q[j] * inv
-                q[j] = qj
-                if qj > 0.0:
-                    wq = wi * qj
-                    N[b, j] += wq
+                        z[j] = (float(P[i - s0, j]) - h[j]) / T
+                elif g < 8:  # few groups: one dot product per group (the same sums, in order)
                     for t in range(d):
-                        S[b, j, t] += wq * float(X[i, t])
-                    if qj > qmax:
-                        qmax = qj
-                    gap += qj * (zmax - z[j])
-                    if kind == 0:
-                        ent -= qj * (math.log(qj) - logm[j])
-                    elif kind == 1:
-                        ent += qj * math.sqrt(qj) / sqm[j]
-                    else:
-                        ent += qj * qj / md[j]
-            if spread:
-                dmin = max(xs - 2.0 * T * zmax, 0.0)
-                V[b, lab] += wi * dmin
-                if objective:
-                    if kind == 1:
-                        ent = (4.0 / 3.0) * (1.0 - ent)
-                    elif kind == 2:
-                        ent = 0.5 * (1.0 - ent)
-                    acc[b, 0] += wi * (dmin + 2.0 * T * (gap - ent))
-                    acc[b, 1] += wi * dmin
-                    if single:  # float32 data: compared as float32 memberships are
-                        qmax = float(np.float32(qmax))
-                    if qmax < hard_below or m[lab] > 1:
-                        acc[b, 2] += wi
-            for j in range(g if ns > 0 else 0):  # the gain weights of the splitting groups
-                sp = split_pos[j]
-                if sp < 0 or q[j] <= 0.0:
-                    continue
-                if kind == 0:
-                    gw = wi * q[j] / md[j]
-                elif kind == 1:
-                    gw = wi * math.sqrt(q[j] / md[j])
+                        x = float(X[i, t])
+                        xs += x * x
+                    for j in range(g):
+                        zj = -h[j]
+                        for t in range(d):
+                            zj += float(X[i, t]) * CT[t, j]
+                        z[j] = zj
+                    for j in range(g):
+                        z[j] /= T
                 else:
-                    gw = wi
-                if export:
-                    GW[i, sp] = gw
-                    continue
-                for u in range(d):
-                    y_row[u] = float(X[i, u]) - float(C[j, u])
-                for u in range(d):
-                    yu = gw * y_row[u]
-                    for v in range(u + 1):  # the lower triangle (what eigh reads)
-                        A[b, sp, u, v] += yu * y_row[v]
+                    for j in range(g):
+                        z[j] = -h[j]
+                    for t in range(d):
+                        x = float(X[i, t])
+                        xs += x * x
+                        for j in range(g):
+                            z[j] += x * CT[t, j]
+                    for j in range(g):
+                        z[j] /= T
+                zmax = z[0]
+                lab = 0
+                for j in range(1, g):
+                    if z[j] > zmax:
+                        zmax = z[j]
+                        lab = j
+                tot = 0.0
+                if kind == 0:  # softmax of z + log m
+                    for j in range(g):
+                        q[j] = math.exp(z[j] - zmax + logm[j])
+                        tot += q[j]
+                else:  # the candidates y < 1, sorted (insertion: there are few of them)
+                    c = 0
+                    for j in range(g):
+                        y = a * (zmax - z[j])
+                        if y < 1.0:
+                            p = c
+                            while p > 0 and ys[p - 1] > y:
+                                ys[p] = ys[p - 1]
+                                ms[p] = ms[p - 1]
+                                p -= 1
+                            ys[p] = y
+                            ms[p] = md[j]
+                            c += 1
+                    M = 0.0
+                    S1 = 0.0
+                    S2 = 0.0
+                    s = 0
+                    while s < c:  # add y_s while the mass at t = y_s is below one
+                        y = ys[s]
+                        f = M * y * y - 2.0 * S1 * y + S2 if kind == 1 else M * y - S1
+                        if f >= 1.0:
+                            break
+                        M += ms[s]
+                        S1 += ms[s] * y
+                        S2 += ms[s] * y * y
+                        s += 1
+                    y_s = ys[s - 1]
+                    f_s = 0.0
+                    U1 = 0.0
+                    for r in range(s):  # the mass at y_s, summed term by term
+                        u = y_s - ys[r]
+                        U1 += ms[r] * u
+                        f_s += ms[r] * (u * u if kind == 1 else u)
+                    rest = 1.0 - f_s
+                    if kind == 1:
+                        t_i = y_s + rest / (U1 + math.sqrt(U1 * U1 + M * rest))
+                    else:
+                        t_i = y_s + rest / M
+                    for j in range(g):
+                        r_ = t_i - a * (zmax - z[j])
+                        if r_ > 0.0:
+                            q[j] = md[j] * (r_ * r_ if kind == 1 else r_)
+                        else:
+                            q[j] = 0.0
+                        tot += q[j]
+                wi = float(w[i]) if has_w else 1.0
+                inv = 1.0 / tot
+                qmax = 0.0
+                gap = 0.0
+                ent = 0.0
+                for j in range(g):
+                    qj = q[j] * inv
+                    q[j] = qj
+                    if qj > 0.0:
+                        wq = wi * qj
+                        N[b, j] += wq
+                        for t in range(d):
+                            S[b, j, t] += wq * float(X[i, t])
+                        if qj > qmax:
+                            qmax = qj
+                        gap += qj * (zmax - z[j])
+                        if kind == 0:
+                            ent -= qj * (math.log(qj) - logm[j])
+                        elif kind == 1:
+                            ent += qj * math.sqrt(qj) / sqm[j]
+                        else:
+                            ent += qj * qj / md[j]
+                if spread:
+                    dmin = max(xs - 2.0 * T * zmax, 0.0)
+                    V[b, lab] += wi * dmin
+                    if objective:
+                        if kind == 1:
+                            ent = (4.0 / 3.0) * (1.0 - ent)
+                        elif kind == 2:
+                            ent = 0.5 * (1.0 - ent)
+                        acc[b, 0] += wi * (dmin + 2.0 * T * (gap - ent))
+                        acc[b, 1] += wi * dmin
+                        if single:  # float32 data: compared as float32 memberships are
+                            qmax = float(np.float32(qmax))
+                        if qmax < hard_below or m[lab] > 1:
+                            acc[b, 2] += wi
+                for j in range(g if ns > 0 else 0):  # the gain weights of the splitting groups
+                    sp = split_pos[j]
+                    if sp < 0 or q[j] <= 0.0:
+                        continue
+                    if kind == 0:
+                        gw = wi * q[j] / md[j]
+                    elif kind == 1:
+                        gw = wi * math.sqrt(q[j] / md[j])
+                    else:
+                        gw = wi
+                    if export:
+                        GW[i, sp] = gw
+                        continue
+                    for u in range(d):
+                        y_row[u] = float(X[i, u]) - float(C[j, u])
+                    for u in range(d):
+                        yu = gw * y_row[u]
+                        for v in range(u + 1):  # the lower triangle (what eigh reads)
+                            A[b, sp, u, v] += yu * y_row[v]
     return (sum_blocks(N), sum_blocks(S.reshape(nb, g * d)).reshape(g, d), sum_blocks(V),
             sum_blocks(acc), sum_blocks(A.reshape(nb, -1)).reshape(-1, d, d))
 

@@ -31,9 +31,10 @@ stopping rules) in compiled code for :func:`rbfkmeans.lloyd.lloyd`. The loops ar
 private ``rbfkmeans._loops`` (the passes) and ``rbfkmeans._lloyd_loops`` (the Lloyd runs); this
 module holds the rule, the threads and the typed wrappers.
 
-They run on CPU tensors. Up to ``MAX_DIM`` features they compute the scores themselves; for
-wider data a BLAS matrix product beats a per-row loop, so the caller hands them the scores of a
-chunk (the gain matrices, ``d x d`` per group, are then formed by matrix products too). The
+They run on CPU tensors. Up to ``MAX_DIM`` features they compute the scores row by row; for
+wider data a BLAS matrix product beats a per-row loop, so each block of rows takes its scores
+from products of ``WIDE_ROWS`` rows at a time inside the kernel (the gain matrices, ``d x d`` per
+group, are then formed by the caller's matrix products). The
 results equal the torch passes' up to rounding (the tests compare them in float64). Without
 numba (or with ``RBFKMEANS_KERNELS=0`` in the environment, or in a process forked after the
 kernels' thread pool started, which numba's OpenMP layer does not survive) every pass takes the
@@ -45,7 +46,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 import torch
@@ -66,8 +67,8 @@ except ImportError:  # pragma: no cover
 #: :mod:`rbfkmeans.lloyd` once :func:`usable` holds (they do not check their arguments again)
 __all__ = ["MAX_DIM", "enabled", "usable", "warm_up"]
 
-#: the kernels compute the scores themselves up to this many features (measured: at d = 32 a
-#: BLAS matrix product is faster); wider data hands them the scores of one
+#: the kernels compute the scores row by row up to this many features (measured: at d = 32 a
+#: BLAS matrix product is faster); wider data takes them from BLAS products inside the kernel
 MAX_DIM = 16
 #: the rows are cut into at most this many blocks, each with its own partial sums
 MAX_BLOCKS = 64
@@ -101,8 +102,8 @@ def _blocks(n: int) -> int:
 def usable(X: Tensor, width: int, *, gains: int = 0, scores: bool = False) -> bool:
     """Whether a pass over ``X`` (n, d) with ``width`` centroids (and ``gains`` gain matrices)
     runs in a kernel: :func:`enabled`, a CPU float tensor without autograd, at most
-    ``MAX_DIM`` features unless the pass takes its ``scores`` from matrix products (a group
-    pass: the caller's; a hard pass or a Lloyd run: BLAS inside the kernel) and has no gain
+    ``MAX_DIM`` features unless the pass takes its ``scores`` from matrix products (BLAS
+    inside the kernel: a hard pass, a Lloyd run, a group pass) and accumulates no gain
     matrix, and the partial sums of ``MAX_BLOCKS`` blocks within ``MAX_PARTIAL_ENTRIES``. It
     does not depend on ``n``, so every rank of a distributed fit decides alike."""
     if not isinstance(X, Tensor):
@@ -119,20 +120,31 @@ def usable(X: Tensor, width: int, *, gains: int = 0, scores: bool = False) -> bo
     return MAX_BLOCKS * (width * d + gains * d * d) <= MAX_PARTIAL_ENTRIES
 
 
-#: the BLAS libraries of this process (threadpoolctl), found at the first wide kernel
-_blas: ThreadpoolController | None = None
+#: the BLAS libraries of this process (threadpoolctl's controllers), found at the first wide
+#: kernel
+_blas: list[object] | None = None
 
 
-def _one_blas_thread() -> AbstractContextManager[object]:
+@contextmanager
+def _one_blas_thread() -> Iterator[None]:
     """The BLAS that numba's matrix products call (SciPy's), on one thread while a wide kernel
     runs: each of the kernel's threads calls it on its own rows (a threaded BLAS inside the
-    parallel region would oversubscribe the cores, and OpenBLAS warns it may hang)."""
+    parallel region would oversubscribe the cores, and OpenBLAS warns it may hang). Each
+    library's count is read and put back directly (2 us; ``threadpool_limits`` takes 20)."""
     global _blas
     if _blas is None:
         import scipy.linalg.cython_blas  # noqa: F401  (what numba's np.dot calls)
 
-        _blas = ThreadpoolController()
-    return _blas.limit(limits=1, user_api="blas")
+        _blas = list(ThreadpoolController().select(user_api="blas").lib_controllers)
+    before = [lib.get_num_threads() for lib in _blas]  # type: ignore[attr-defined]
+    for lib in _blas:
+        lib.set_num_threads(1)  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        for lib, n in zip(_blas, before, strict=True):
+            if n is not None:
+                lib.set_num_threads(n)  # type: ignore[attr-defined]
 
 
 @contextmanager
@@ -193,8 +205,7 @@ def hard_pass(X: Tensor, C: Tensor, w: Tensor | None, *, labels: Tensor | None,
 
 def group_pass(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: Tensor | None, *,
                objective: bool, split: Tensor | None, hard_tol: float,
-               gains_out: Tensor | None = None,
-               scores: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+               gains_out: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The accumulation of one group pass (module docstring) over the rows of ``X`` (n, d) with
     the ``g`` groups ``C`` (g, d) of multiplicities ``m`` (g,) at ``T > 0`` for the mapping
     ``kind`` (``"softmax"``, ``"entmax15"``, ``"sparsemax"``).
@@ -204,9 +215,10 @@ def group_pass(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: Tensor |
     unless ``objective``) and the gain matrices ``A`` (g', d, d) of the groups ``split`` (g',),
     empty without it. With ``gains_out`` (a zero (n, g') float64 CPU tensor) ``A`` is not
     accumulated: ``gains_out[i, s] = w_i gamma_ij`` for the ``s``-th group of ``split``, for a
-    matrix product to form it (wide data). ``scores`` (n, g), if given, are the ``z_ij`` from a
-    matrix product. Call only where :func:`usable` holds (with ``gains=0`` when ``gains_out`` is
-    given)."""
+    matrix product to form it (wide data). Beyond ``MAX_DIM`` features the scores come from
+    BLAS products of ``WIDE_ROWS`` rows inside the kernel (as in :func:`hard_pass`). Call only
+    where :func:`usable` holds (with ``scores=True`` for wide data, and ``gains=0`` when
+    ``gains_out`` is given)."""
     Xn = _array(X)
     g = C.shape[0]
     split_pos = np.full(g, -1, dtype=np.int64)
@@ -215,13 +227,13 @@ def group_pass(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: Tensor |
         idx = split.cpu().numpy()
         split_pos[idx] = np.arange(idx.size)
         ns = int(idx.size)
-    with _launch():
+    wide = Xn.shape[1] > MAX_DIM
+    with _launch(blas=wide):
         N, S, V, acc, A = _loops.group(
             Xn, _array(C.to(X.dtype)), _array(m.to(torch.int64)), float(T), _KINDS[kind],
             _weights(w, X), bool(objective), bool(objective or split is not None), float(hard_tol),
             X.dtype == torch.float32, split_pos, ns,
-            np.zeros((0, ns)) if gains_out is None else gains_out.numpy(),
-            np.empty((0, g), dtype=Xn.dtype) if scores is None else _array(scores.to(X.dtype)),
+            np.zeros((0, ns)) if gains_out is None else gains_out.numpy(), wide,
             _blocks(Xn.shape[0]))
     dt = X.dtype
     A_t = torch.from_numpy(A)  # the kernel fills the lower triangle: mirror it
@@ -292,6 +304,9 @@ def warm_up() -> None:
                 lloyd_run(Xd, Xd[:2].clone(), w, 3, 0.0)
             group_pass(X, C, torch.tensor([2, 1]), 1.0, "entmax15", w, objective=True,
                        split=torch.tensor([0]), hard_tol=1e-7)
+            group_pass(wide, wide[:2].clone(), torch.tensor([2, 1]), 1.0, "entmax15", w,
+                       objective=True, split=torch.tensor([0]), hard_tol=1e-7,
+                       gains_out=torch.zeros(6, 1, dtype=torch.float64))
             labels = torch.tensor([0, 0, 0, 1, 1, 1])
             spread_pass(X, C, labels, w)
             halves_pass(X, C, labels, torch.ones(2, 2, dtype=torch.float64), w)
