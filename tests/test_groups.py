@@ -89,6 +89,29 @@ def test_single_group_critical_temperature_is_the_first_split(name: str) -> None
     assert float(st_.T_crit[0]) == pytest.approx(critical_temperature(X, name, k), rel=1e-9)
 
 
+@pytest.mark.parametrize("d", [30, 64])
+def test_wide_critical_temperatures_and_axes_match_a_full_eigendecomposition(
+        d: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From ``SUBSET_EIGH_MIN_DIM`` features on the top eigenpair comes from LAPACK's subset
+    solver: the same critical temperatures and axes (largest entry positive) as the full
+    ``torch.linalg.eigh`` of the same gain matrices."""
+    from rbfkmeans import groups
+
+    assert d >= groups.SUBSET_EIGH_MIN_DIM
+    rng = np.random.default_rng(d)
+    X = torch.as_tensor(rng.normal(size=(600, d)) * rng.uniform(0.5, 3.0, size=d))
+    C = X[:5].clone()
+    m = torch.tensor([3, 1, 2, 4, 2])
+    got = group_stats(Data(X), C, m, 0.5 * d, "entmax15", critical=True)
+    monkeypatch.setattr(groups, "SUBSET_EIGH_MIN_DIM", 10**9)
+    ref = group_stats(Data(X), C, m, 0.5 * d, "entmax15", critical=True)
+    assert got.T_crit is not None and ref.T_crit is not None
+    assert got.axis is not None and ref.axis is not None
+    assert bool((ref.T_crit[m > 1] > 0).all())
+    torch.testing.assert_close(got.T_crit, ref.T_crit, rtol=1e-10, atol=0.0)
+    torch.testing.assert_close(got.axis, ref.axis, rtol=0.0, atol=1e-8)
+
+
 def split_growth(X: torch.Tensor, C: torch.Tensor, m: torch.Tensor, j: int, axis: torch.Tensor,
                  T: float, name: str) -> float:
     """How a small zero-sum split of group ``j``'s copies along ``axis`` changes after ten
