@@ -4,11 +4,12 @@ For each dataset and seed ``s``, in one run and on the same machine: ``RBFKMeans
 random_state=s)`` (the default: entmax-1.5, the event-driven ladder, hard Lloyd polish, swap
 search), ``sklearn.cluster.KMeans(k, n_init=10, random_state=s)`` and ``bkmeans.BKMeans(
 n_clusters=k, random_state=s)`` (Fritzke 2020; a benchmark-only dependency), each timed by wall
-clock as the fastest of ``--repeat`` (3) runs of the same seeded fit, each inertia recomputed
-in float64 from its centroids. Reported per set: our inertia over ``min(KMeans, BKMeans)`` of
-the same seed (below one is better; the target is at most ``1 +
-1e-4``), our wall time over KMeans' (the target: at most 1 where KMeans takes 0.1 s or more,
-under 0.1 s otherwise, and at most 0.5 in geometric mean), and breathing k-means' time ratio.
+clock as the fastest of ``--repeat`` (3) runs of the same seeded fit (in rounds: each round
+runs every method once, in turn), each inertia recomputed in float64 from its centroids.
+Reported per set: our inertia over ``min(KMeans, BKMeans)`` of the same seed (below one is
+better; the target is at most ``1 + 1e-4``), our wall time over KMeans' (the target: at most 1
+where KMeans takes 0.1 s or more, under 0.1 s otherwise, and at most 0.5 in geometric mean),
+and breathing k-means' time ratio.
 ``--geometric`` adds the geometric ladder (``schedule="geometric"``) as a column.
 
 The sets marked ``design`` were used while tuning the event-driven ladder; the others were kept
@@ -28,6 +29,7 @@ import json
 import math
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -105,17 +107,20 @@ def inertia(X: np.ndarray, C: np.ndarray) -> float:
     return float(cdist(X, np.asarray(C, dtype=np.float64), "sqeuclidean").min(axis=1).sum())
 
 
-def timed(fn: Callable[[], Any], repeat: int = 1) -> tuple[Any, float]:
-    """The result of ``fn()`` and the fastest wall time of ``repeat`` calls (every method here
-    is deterministic given its seed, so the calls do the same work: the minimum is the least
-    disturbed by the rest of the machine)."""
-    best = math.inf
-    out = None
+def timed(fns: dict[str, Callable[[], Any]],
+          repeat: int = 1) -> dict[str, tuple[Any, float]]:
+    """Per name the result of its ``fn()`` and its fastest wall time over ``repeat`` rounds, each
+    round calling every ``fn`` once in turn (every method here is deterministic given its seed,
+    so the calls do the same work: the minimum is the least disturbed by the rest of the
+    machine, and taking the rounds in turn exposes every method alike to a slow spell)."""
+    best = dict.fromkeys(fns, math.inf)
+    out: dict[str, Any] = {}
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return out, best
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            out[name] = fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return {name: (out[name], best[name]) for name in fns}
 
 
 def geomean(values: list[float]) -> float:
@@ -168,12 +173,17 @@ def main() -> None:
             X = load()
             runs = []
             for s in seeds:
-                rep = args.repeat
-                km, t_km = timed(lambda X=X, k=k, s=s: KMeans(k, n_init=10, random_state=s).fit(X),
-                                 rep)
-                bk, t_bk = timed(lambda X=X, k=k, s=s: BKMeans(n_clusters=k, random_state=s)
-                                 .fit(X), rep)
-                est, t = timed(lambda X=X, k=k, s=s: RBFKMeans(k, random_state=s).fit(X), rep)
+                models: dict[str, Any] = {
+                    "kmeans": KMeans(k, n_init=10, random_state=s),
+                    "bkmeans": BKMeans(n_clusters=k, random_state=s),
+                    "ours": RBFKMeans(k, random_state=s),
+                }
+                if args.geometric:
+                    models["geometric"] = RBFKMeans(k, schedule="geometric", random_state=s)
+                fits: dict[str, Callable[[], Any]] = {
+                    name: partial(model.fit, X) for name, model in models.items()}
+                got = timed(fits, args.repeat)
+                (km, t_km), (bk, t_bk), (est, t) = got["kmeans"], got["bkmeans"], got["ours"]
                 J_km, J_bk = inertia(X, km.cluster_centers_), inertia(X, bk.cluster_centers_)
                 J = inertia(X, est.cluster_centers_)
                 run = {"seed": s, "inertia": J, "seconds": t, "inertia_kmeans": J_km,
@@ -182,8 +192,7 @@ def main() -> None:
                        "bkmeans_time_ratio": t_bk / t_km, "temperatures": len(est.temperatures_),
                        "n_iter": int(est.n_iter_), "n_swaps": int(est.n_swaps_)}
                 if args.geometric:
-                    geo, t_geo = timed(lambda X=X, k=k, s=s: RBFKMeans(
-                        k, schedule="geometric", random_state=s).fit(X), rep)
+                    geo, t_geo = got["geometric"]
                     J_geo = inertia(X, geo.cluster_centers_)
                     run.update(inertia_geometric=J_geo, seconds_geometric=t_geo,
                                geometric_ratio_to_best_peer=J_geo / min(J_km, J_bk),

@@ -161,6 +161,7 @@ def group(
     CX = np.ascontiguousarray(C.T)  # (d, g) in X's dtype, for the products of wide data
     none = np.empty((0, g), dtype=X.dtype)
     h = 0.5 * csq  # ||c_j||^2 / 2
+    invT = 1.0 / T
     md = m.astype(np.float64)
     logm = np.log(md)
     sqm = np.sqrt(md)
@@ -193,7 +194,7 @@ def group(
                     for t in range(d if spread else 0):  # ||x||^2 only for the spread
                         xs += float(X[i, t]) * float(X[i, t])
                     for j in range(g):
-                        z[j] = (float(P[i - s0, j]) - h[j]) / T
+                        z[j] = (float(P[i - s0, j]) - h[j]) * invT
                 elif g < 8:  # few groups: one dot product per group (the same sums, in order)
                     for t in range(d):
                         x = float(X[i, t])
@@ -204,7 +205,7 @@ def group(
                             zj += float(X[i, t]) * CT[t, j]
                         z[j] = zj
                     for j in range(g):
-                        z[j] /= T
+                        z[j] *= invT
                 else:
                     for j in range(g):
                         z[j] = -h[j]
@@ -214,7 +215,7 @@ def group(
                         for j in range(g):
                             z[j] += x * CT[t, j]
                     for j in range(g):
-                        z[j] /= T
+                        z[j] *= invT
                 zmax = z[0]
                 lab = 0
                 for j in range(1, g):
