@@ -123,6 +123,13 @@ def timed(fns: dict[str, Callable[[], Any]],
     return {name: (out[name], best[name]) for name in fns}
 
 
+def fitting(make: Callable[[], Any], X: np.ndarray) -> Callable[[], Any]:
+    """A call that builds a new estimator and fits it to ``X`` (every call the same fit)."""
+    def fit() -> Any:
+        return make().fit(X)
+    return fit
+
+
 def geomean(values: list[float]) -> float:
     return math.exp(float(np.mean(np.log(values))))
 
@@ -173,15 +180,16 @@ def main() -> None:
             X = load()
             runs = []
             for s in seeds:
-                models: dict[str, Any] = {
-                    "kmeans": KMeans(k, n_init=10, random_state=s),
-                    "bkmeans": BKMeans(n_clusters=k, random_state=s),
-                    "ours": RBFKMeans(k, random_state=s),
+                makers: dict[str, Callable[[], Any]] = {
+                    "kmeans": partial(KMeans, k, n_init=10, random_state=s),
+                    # a new BKMeans each time: its constructor seeds the module's global rng
+                    "bkmeans": partial(BKMeans, n_clusters=k, random_state=s),
+                    "ours": partial(RBFKMeans, k, random_state=s),
                 }
                 if args.geometric:
-                    models["geometric"] = RBFKMeans(k, schedule="geometric", random_state=s)
-                fits: dict[str, Callable[[], Any]] = {
-                    name: partial(model.fit, X) for name, model in models.items()}
+                    makers["geometric"] = partial(RBFKMeans, k, schedule="geometric",
+                                                  random_state=s)
+                fits = {name: fitting(make, X) for name, make in makers.items()}
                 got = timed(fits, args.repeat)
                 (km, t_km), (bk, t_bk), (est, t) = got["kmeans"], got["bkmeans"], got["ours"]
                 J_km, J_bk = inertia(X, km.cluster_centers_), inertia(X, bk.cluster_centers_)
