@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rbfkmeans import RBFKMeans, _lloyd_loops, _loops, kernels
+from rbfkmeans import RBFKMeans, _lloyd_loops, _loops, kernels, splits
 from rbfkmeans.assignments import get_assignment
 from rbfkmeans.groups import GroupStats, _kernel_sums_wide, _torch_sums, group_stats
 from rbfkmeans.lloyd import lloyd
@@ -366,6 +366,89 @@ def test_compiled_lloyd_hands_an_empty_cluster_to_the_relocation(
     assert torch.equal(fused.labels, plain.labels)
     torch.testing.assert_close(fused.C, plain.C, rtol=1e-12, atol=1e-12)
     assert bool((fused.C.abs() < 1e2).all())  # the far centroid was moved onto the data
+
+
+def _python_fixed_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``splits._fixed_point`` without its compiled loop (its passes still the kernels' on few
+    features, the torch passes on wide data)."""
+    real = kernels.usable
+
+    def usable(X: torch.Tensor, width: int, *, gains: int = 0, scores: bool = False) -> bool:
+        return False if scores else real(X, width, gains=gains)
+
+    monkeypatch.setattr(kernels, "usable", usable)
+
+
+@pytest.mark.parametrize("name", SOFT)
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("d", [3, 40])
+def test_compiled_fixed_point_equals_the_python_loop(name: str, weighted: bool, d: int,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SQUAREM cycles in compiled code take the same steps as the Python loop: the same
+    evaluations of the map and the same centroids up to rounding, for converged and capped
+    runs, with and without extrapolations kept."""
+    X, w = _points(11, 2500, d, weighted=weighted)
+    data = Data(X, w)
+    entry = get_assignment(name)
+    gen = torch.Generator().manual_seed(3)
+    for g, T, max_iter, tol in ((1, 3.0 * d, 15, 0.0), (4, 0.5 * d, 15, 1e-12),
+                                (6, 0.2 * d, 4, 0.0), (9, 0.05 * d, 40, 1e-9)):
+        C = X[torch.randperm(2500, generator=gen)[:g]].clone()
+        m = torch.randint(1, 4, (g,), generator=gen)
+        fused, it = splits._fixed_point(data, C, m, T, entry, max_iter, tol)
+        with monkeypatch.context() as mp:
+            _python_fixed_point(mp)
+            plain, it_plain = splits._fixed_point(data, C, m, T, entry, max_iter, tol)
+        assert it == it_plain
+        torch.testing.assert_close(fused, plain, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", SOFT)
+def test_every_fixed_point_of_a_fit_takes_the_python_loops_steps(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Along a weighted annealed fit (where wild extrapolations empty a group and are
+    rejected) each compiled fixed point ends where the Python loop does, after as many
+    evaluations."""
+    from sklearn.datasets import make_blobs
+
+    X, _ = make_blobs(n_samples=500, n_features=3, centers=6, cluster_std=1.2, random_state=1)
+    calls: list[tuple[object, ...]] = []
+    real = splits._fixed_point
+
+    def record(*args: object) -> tuple[torch.Tensor, int]:
+        out = real(*args)  # type: ignore[arg-type]
+        calls.append((args, out))
+        return out
+
+    monkeypatch.setattr(splits, "_fixed_point", record)
+    RBFKMeans(6, assignment=name, random_state=0).fit(X, sample_weight=np.linspace(0.2, 3, 500))
+    monkeypatch.undo()
+    assert len(calls) > 5
+    _python_fixed_point(monkeypatch)
+    for args, (C, it) in calls:
+        C_plain, it_plain = real(*args)  # type: ignore[arg-type]
+        assert it == it_plain
+        torch.testing.assert_close(C, C_plain, rtol=0.0, atol=1e-12)
+
+
+def test_compiled_fixed_point_hands_an_empty_group_to_the_relocation(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group far from every point gets no weight under entmax-1.5: the compiled loop stops
+    before using it and the Python loop relocates it onto the data, as without the loop."""
+    X, _ = _points(12, 1500, 3)
+    data = Data(X)
+    C = torch.cat([X[:3], torch.full((1, 3), 1e3, dtype=torch.float64)])
+    m = torch.tensor([2, 1, 1, 2])
+    C_out, it, done = kernels.group_fixed_point(X, C, m, 1.0, "entmax15", None, 15, 0.0)
+    assert (it, done) == (0, False)
+    torch.testing.assert_close(C_out, C)
+    entry = get_assignment("entmax15")
+    fused, it = splits._fixed_point(data, C, m, 1.0, entry, 15, 0.0)
+    _python_fixed_point(monkeypatch)
+    plain, it_plain = splits._fixed_point(data, C, m, 1.0, entry, 15, 0.0)
+    assert it == it_plain
+    torch.testing.assert_close(fused, plain, rtol=1e-12, atol=1e-12)
+    assert bool((fused.abs() < 1e2).all())
 
 
 @pytest.mark.parametrize("name", SOFT)

@@ -26,10 +26,13 @@ the candidates ``y_ij < 1`` and adding them while the mass at the next one is be
 ``A_j = sum_i w_i gamma_ij (x_i - c_j)(x_i - c_j)^T``. :func:`spread_pass` and
 :func:`halves_pass` are the two sweeps of :func:`rbfkmeans.swaps.swap_costs` (removal costs from
 the two smallest distances and each cluster's scatter matrix; the weights and sums of each
-cluster's halves), and :func:`lloyd_run` runs whole Lloyd iterations (assignment, update,
-stopping rules) in compiled code for :func:`rbfkmeans.lloyd.lloyd`. The loops are in the
-private ``rbfkmeans._loops`` (the passes) and ``rbfkmeans._lloyd_loops`` (the Lloyd runs); this
-module holds the rule, the threads and the typed wrappers.
+cluster's halves), :func:`lloyd_run` runs whole Lloyd iterations (assignment, update,
+stopping rules) in compiled code for :func:`rbfkmeans.lloyd.lloyd`, and
+:func:`group_fixed_point` the annealing's SQUAREM fixed point at one temperature (group passes,
+updates, extrapolations and their safeguard) for :func:`rbfkmeans.splits.anneal_splits`. The
+loops are in the private ``rbfkmeans._loops`` (the passes), ``rbfkmeans._lloyd_loops`` (the
+Lloyd runs) and ``rbfkmeans._squarem_loops`` (the fixed point); this module holds the rule, the
+threads and the typed wrappers.
 
 They run on CPU tensors. Up to ``MAX_DIM`` features they compute the scores row by row; for
 wider data a BLAS matrix product beats a per-row loop, so each block of rows takes its scores
@@ -58,7 +61,7 @@ from ._validation import check_positive_int
 try:  # pragma: no cover - exercised by whichever environment runs the suite
     import numba
 
-    from . import _lloyd_loops, _loops
+    from . import _lloyd_loops, _loops, _squarem_loops
 except ImportError:  # pragma: no cover
     numba = None  # type: ignore[assignment]
 
@@ -243,6 +246,26 @@ def group_pass(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: Tensor |
             torch.from_numpy(acc), A_t)
 
 
+def group_fixed_point(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: Tensor | None,
+                      max_iter: int, tol: float) -> tuple[Tensor, int, bool]:
+    """The SQUAREM fixed point of the groups' soft-Lloyd map at ``T`` from ``C`` (g, d) with
+    multiplicities ``m`` (:func:`rbfkmeans.splits.anneal_splits`' rule, its passes those of
+    :func:`group_pass`), all in compiled code unless a step needs an empty group relocated.
+
+    Returns the centroids reached (in ``X``'s dtype), the evaluations of the map run, and whether
+    it finished (False: a step needs the relocation; ``C`` and 0 come back, and the caller runs
+    the fixed point itself). Single process only; call only where :func:`usable` holds
+    (``scores=True``)."""
+    Xn = _array(X)
+    wide = Xn.shape[1] > MAX_DIM
+    with _launch(blas=wide):
+        C_out, it, status = _squarem_loops.fixed_point(
+            Xn, _array(C.to(X.dtype)), _array(m.to(torch.int64)), float(T), _KINDS[kind],
+            _weights(w, X), 1e-7, X.dtype == torch.float32, int(max_iter), float(tol),
+            _blocks(Xn.shape[0]), wide)
+    return torch.from_numpy(C_out), int(it), status == 0
+
+
 def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int,
               tol: float) -> tuple[Tensor, Tensor | None, int, bool]:
     """Lloyd iterations from ``C`` (k, d) on the rows of ``X``, all in compiled code, with the
@@ -304,6 +327,9 @@ def warm_up() -> None:
                 lloyd_run(Xd, Xd[:2].clone(), w, 3, 0.0)
             group_pass(X, C, torch.tensor([2, 1]), 1.0, "entmax15", w, objective=True,
                        split=torch.tensor([0]), hard_tol=1e-7)
+            for Xd in (X, wide):
+                group_fixed_point(Xd, Xd[:2].clone(), torch.tensor([2, 1]), 1.0, "entmax15", w,
+                                  3, 0.0)
             group_pass(wide, wide[:2].clone(), torch.tensor([2, 1]), 1.0, "entmax15", w,
                        objective=True, split=torch.tensor([0]), hard_tol=1e-7,
                        gains_out=torch.zeros(6, 1, dtype=torch.float64))

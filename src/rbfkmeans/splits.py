@@ -32,6 +32,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from . import kernels
 from ._validation import check_positive_int
 from .annealing import AnnealResult
 from .assignments import Assignment, get_assignment
@@ -79,21 +80,30 @@ class Subsample:
         return self._part
 
 
+def _sum(values: list[float]) -> float:
+    """The values added one after another, in order (as the compiled fixed point adds them)."""
+    total = 0.0
+    for v in values:
+        total += v
+    return total
+
+
+def _sq(t: Tensor) -> float:
+    """``sum t^2`` in float64, the entries squared and added in row-major order."""
+    return _sum([v * v for v in t.double().flatten().tolist()])
+
+
 def _map(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment,
          objective: bool = True) -> tuple[Tensor, float]:
     """One soft-Lloyd step of the groups, ``c_j <- S_j / N_j`` (empty groups relocated), and the
     relaxed objective ``F_T`` at the input ``C`` (NaN without ``objective``)."""
     st = group_stats_unchecked(data, C, m, T, entry, objective=objective)
-    empty = 1e-12 * float(st.N.sum()) >= st.N
+    empty = 1e-12 * _sum(st.N.double().tolist()) >= st.N
     C_new = st.S / st.N.clamp(min=torch.finfo(st.N.dtype).tiny).unsqueeze(1)
     C_new = torch.where(empty.unsqueeze(1), C, C_new)
     if bool(empty.any()):
         C_new = relocate_empty(data, C_new, empty)
     return C_new, st.objective
-
-
-def _sq(t: Tensor) -> float:
-    return float(t.double().square().sum())
 
 
 def _fixed_point(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment,
@@ -104,7 +114,15 @@ def _fixed_point(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment,
     ``C' = C - 2 alpha r + alpha^2 v`` and one stabilising step ``G(C')``. The step is kept only
     if ``F_T(C') <= F_T(C_1)`` (each plain step lowers ``F_T``), else (or when ``C'`` is not
     finite) the cycle ends at ``C_2``: ``F_T`` never rises. Stops once a step moves the
-    centroids by at most ``tol`` (squared) or after ``max_iter`` evaluations of ``G``."""
+    centroids by at most ``tol`` (squared) or after ``max_iter`` evaluations of ``G``. On the
+    CPU in one process the same steps run in compiled code
+    (:func:`rbfkmeans.kernels.group_fixed_point`), unless one needs an empty group relocated:
+    then they run here."""
+    if not data.comm.active and kernels.usable(data.X, C.shape[0], scores=True):
+        C_k, it_k, done = kernels.group_fixed_point(data.X, C, m, T, entry.name, data.w,
+                                                    max_iter, tol)
+        if done:
+            return C_k, it_k
     it = 0
     while it < max_iter:
         C1, _ = _map(data, C, m, T, entry, objective=False)  # F at C is not compared
