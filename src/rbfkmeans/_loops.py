@@ -80,6 +80,17 @@ def _add_row(X, i, wi, N, S, a):
     return xs
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _assign_row(X, i, g, w, has_w, labels, N, S):
+    """Row ``i`` to the centroid of its smallest score ``g_j`` (its label and its share of the
+    sums ``N``, ``S``); returns its term ``w_i [g_min + ||x_i||^2]_+`` of ``J``."""
+    best, arg = _argmin(g)
+    labels[i] = arg
+    wi = float(w[i]) if has_w else 1.0
+    xs = _add_row(X, i, wi, N, S, arg)
+    return wi * max(best + xs, 0.0)
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def hard(X, C, w, objective, labels, nb):
     n, d = X.shape
@@ -97,12 +108,9 @@ def hard(X, C, w, objective, labels, nb):
         Sb = S[b]
         for i in range(b * block, min(n, (b + 1) * block)):
             _row_scores(X, i, CT, csq, g)
-            best, arg = _argmin(g)
-            labels[i] = arg
-            wi = float(w[i]) if has_w else 1.0
-            xs = _add_row(X, i, wi, Nb, Sb, arg)
+            Ji = _assign_row(X, i, g, w, has_w, labels, Nb, Sb)
             if objective:
-                J[b] += wi * max(best + xs, 0.0)
+                J[b] += Ji
     return sum_blocks(N), sum_blocks(S.reshape(nb, k * d)).reshape(k, d), \
         sum_blocks(J.reshape(nb, 1))[0]
 
@@ -140,12 +148,9 @@ def hard_wide(X, C, w, objective, labels, nb):
                 i = s0 + r
                 for j in range(k):
                     g[j] = csq[j] - 2.0 * float(P[r, j])
-                best, arg = _argmin(g)
-                labels[i] = arg
-                wi = float(w[i]) if has_w else 1.0
-                xs = _add_row(X, i, wi, Nb, Sb, arg)
+                Ji = _assign_row(X, i, g, w, has_w, labels, Nb, Sb)
                 if objective:
-                    J[b] += wi * max(best + xs, 0.0)
+                    J[b] += Ji
     return sum_blocks(N), sum_blocks(S.reshape(nb, k * d)).reshape(k, d), \
         sum_blocks(J.reshape(nb, 1))[0]
 
