@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rbfkmeans import RBFKMeans, _lloyd_loops, _loops, kernels, splits
@@ -325,6 +325,7 @@ def _lloyd_on_full_passes(X: np.ndarray, C0: np.ndarray, w: np.ndarray, max_iter
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 3000), d=st.integers(1, 16),
        k=st.integers(1, 40), grid=st.booleans(), weighted=st.booleans(),
        single=st.booleans())
+@example(seed=0, n=1859, d=1, k=7, grid=False, weighted=False, single=True)  # float32 squares
 def test_bounded_lloyd_passes_equal_full_passes_bit_for_bit(
         seed: int, n: int, d: int, k: int, grid: bool, weighted: bool, single: bool) -> None:
     """The compiled Lloyd skips rows whose label its bounds prove unchanged; labels, centroids
@@ -345,6 +346,21 @@ def test_bounded_lloyd_passes_equal_full_passes_bit_for_bit(
     np.testing.assert_array_equal(got[0], want[0])
     if want[2]:
         np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_float32_rows_are_squared_in_float64() -> None:
+    """The kernels widen float32 entries to float64 before multiplying them (numba's ``float()``
+    keeps float32): on points far from the origin and close to their centroid, ``J`` from the
+    scores ``||c||^2 - 2 x.c + ||x||^2`` equals the float64 distances to 1e-9, where float32
+    squares are off by 1e-3 relative."""
+    rng = np.random.default_rng(4)
+    X = (rng.normal(size=(500, 2)) * 0.3 - 38.0).astype(np.float32)
+    C = X[:3].copy()
+    labels = np.empty(500, np.int64)
+    got = _loops.hard(X, C, np.empty(0, np.float32), True, labels, 1)[2]
+    Xd, Cd = X.astype(np.float64), C.astype(np.float64)
+    want = ((Xd[:, None, :] - Cd[None]) ** 2).sum(axis=2).min(axis=1).sum()
+    assert got == pytest.approx(want, rel=1e-9)
 
 
 def test_compiled_lloyd_hands_an_empty_cluster_to_the_relocation(

@@ -56,7 +56,7 @@ def bounded(X, C, w, old, new, upper, lower, xs, delta, first, nb):
         for j in range(a + 1, k):
             s2 = 0.0
             for t in range(d):
-                dt = float(C[a, t]) - float(C[j, t])
+                dt = np.float64(C[a, t]) - np.float64(C[j, t])
                 s2 += dt * dt
             s = math.sqrt(s2) * (1.0 - _RHO)
             sep[a] = min(sep[a], s)
@@ -90,7 +90,7 @@ def bounded(X, C, w, old, new, upper, lower, xs, delta, first, nb):
                 if not skip:  # tighten the upper bound and test again
                     ga = csq[a]
                     for t in range(d):
-                        ga += -2.0 * float(X[i, t]) * CT[t, a]
+                        ga += -2.0 * np.float64(X[i, t]) * CT[t, a]
                     u = math.sqrt(max(ga + xs[i], 0.0) + E) * (1.0 + _RHO)
                     skip = u * u * (1.0 + _RHO) + 2.0 * E < L * L * (1.0 - _RHO)
                 upper[i] = u
@@ -112,7 +112,7 @@ def bounded(X, C, w, old, new, upper, lower, xs, delta, first, nb):
                 upper[i] = math.sqrt(max(g1 + xs[i], 0.0) + E) * (1.0 + _RHO)
                 lower[i] = math.sqrt(max(g2 + xs[i] - E, 0.0)) * (1.0 - _RHO)
             new[i] = a
-            _add_row(X, i, float(w[i]) if has_w else 1.0, Nb, Sb, a)
+            _add_row(X, i, np.float64(w[i]) if has_w else 1.0, Nb, Sb, a)
     return sum_blocks(N), sum_blocks(S.reshape(nb, k * d)).reshape(k, d)
 
 
@@ -131,7 +131,7 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide):
     for i in range(xs.shape[0]):
         s = 0.0
         for t in range(d):
-            s += float(X[i, t]) * float(X[i, t])
+            s += np.float64(X[i, t]) * np.float64(X[i, t])
         xs[i] = s
     upper = np.empty(xs.shape[0])
     lower = np.empty(xs.shape[0])
@@ -150,7 +150,7 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide):
             move = 0.0
             for t in range(d):
                 C_new[j, t] = S[j, t] / N[j]
-                step = float(C_new[j, t]) - float(C[j, t])
+                step = np.float64(C_new[j, t]) - np.float64(C[j, t])
                 shift += step * step  # summed in this order, as the Python loop does
                 move += step * step
             delta[j] = math.sqrt(move) * (1.0 + _RHO)

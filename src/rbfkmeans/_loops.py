@@ -40,7 +40,7 @@ def _centroid_terms(C):
     for j in range(k):
         for t in range(d):
             CT[t, j] = C[j, t]
-            csq[j] += float(C[j, t]) * float(C[j, t])
+            csq[j] += np.float64(C[j, t]) * np.float64(C[j, t])
     return CT, csq
 
 
@@ -50,7 +50,7 @@ def _row_scores(X, i, CT, csq, g):
     for j in range(g.shape[0]):
         g[j] = csq[j]
     for t in range(X.shape[1]):
-        xt = -2.0 * float(X[i, t])
+        xt = -2.0 * np.float64(X[i, t])
         for j in range(g.shape[0]):
             g[j] += xt * CT[t, j]
 
@@ -74,7 +74,7 @@ def _add_row(X, i, wi, N, S, a):
     N[a] += wi
     xs = 0.0
     for t in range(X.shape[1]):
-        x = float(X[i, t])
+        x = np.float64(X[i, t])
         S[a, t] += wi * x
         xs += x * x
     return xs
@@ -86,7 +86,7 @@ def _assign_row(X, i, g, w, has_w, labels, N, S):
     sums ``N``, ``S``); returns its term ``w_i [g_min + ||x_i||^2]_+`` of ``J``."""
     best, arg = _argmin(g)
     labels[i] = arg
-    wi = float(w[i]) if has_w else 1.0
+    wi = np.float64(w[i]) if has_w else 1.0
     xs = _add_row(X, i, wi, N, S, arg)
     return wi * max(best + xs, 0.0)
 
@@ -130,7 +130,7 @@ def hard_wide(X, C, w, objective, labels, nb):
     csq = np.zeros(k)
     for j in range(k):
         for t in range(d):
-            csq[j] += float(C[j, t]) * float(C[j, t])
+            csq[j] += np.float64(C[j, t]) * np.float64(C[j, t])
     block = (n + nb - 1) // nb
     N = np.zeros((nb, k))
     S = np.zeros((nb, k, d))
@@ -147,7 +147,7 @@ def hard_wide(X, C, w, objective, labels, nb):
             for r in range(s1 - s0):
                 i = s0 + r
                 for j in range(k):
-                    g[j] = csq[j] - 2.0 * float(P[r, j])
+                    g[j] = csq[j] - 2.0 * np.float64(P[r, j])
                 Ji = _assign_row(X, i, g, w, has_w, labels, Nb, Sb)
                 if objective:
                     J[b] += Ji
@@ -171,7 +171,7 @@ def group(
     logm = np.log(md)
     sqm = np.sqrt(md)
     a = 0.5 if kind == 1 else 1.0
-    hard_below = float(np.float32(1.0 - hard_tol)) if single else 1.0 - hard_tol
+    hard_below = np.float64(np.float32(1.0 - hard_tol)) if single else 1.0 - hard_tol
     block = (n + nb - 1) // nb
     N = np.zeros((nb, g))
     S = np.zeros((nb, g, d))
@@ -197,17 +197,17 @@ def group(
                 xs = 0.0
                 if wide:
                     for t in range(d if spread else 0):  # ||x||^2 only for the spread
-                        xs += float(X[i, t]) * float(X[i, t])
+                        xs += np.float64(X[i, t]) * np.float64(X[i, t])
                     for j in range(g):
-                        z[j] = (float(P[i - s0, j]) - h[j]) * invT
+                        z[j] = (np.float64(P[i - s0, j]) - h[j]) * invT
                 elif g < 8:  # few groups: one dot product per group (the same sums, in order)
                     for t in range(d):
-                        x = float(X[i, t])
+                        x = np.float64(X[i, t])
                         xs += x * x
                     for j in range(g):
                         zj = -h[j]
                         for t in range(d):
-                            zj += float(X[i, t]) * CT[t, j]
+                            zj += np.float64(X[i, t]) * CT[t, j]
                         z[j] = zj
                     for j in range(g):
                         z[j] *= invT
@@ -215,7 +215,7 @@ def group(
                     for j in range(g):
                         z[j] = -h[j]
                     for t in range(d):
-                        x = float(X[i, t])
+                        x = np.float64(X[i, t])
                         xs += x * x
                         for j in range(g):
                             z[j] += x * CT[t, j]
@@ -277,7 +277,7 @@ def group(
                         else:
                             q[j] = 0.0
                         tot += q[j]
-                wi = float(w[i]) if has_w else 1.0
+                wi = np.float64(w[i]) if has_w else 1.0
                 inv = 1.0 / tot
                 qmax = 0.0
                 gap = 0.0
@@ -289,7 +289,7 @@ def group(
                         wq = wi * qj
                         N[b, j] += wq
                         for t in range(d):
-                            S[b, j, t] += wq * float(X[i, t])
+                            S[b, j, t] += wq * np.float64(X[i, t])
                         if qj > qmax:
                             qmax = qj
                         gap += qj * (zmax - z[j])
@@ -310,7 +310,7 @@ def group(
                         acc[b, 0] += wi * (dmin + 2.0 * T * (gap - ent))
                         acc[b, 1] += wi * dmin
                         if single:  # float32 data: compared as float32 memberships are
-                            qmax = float(np.float32(qmax))
+                            qmax = np.float64(np.float32(qmax))
                         if qmax < hard_below or m[lab] > 1:
                             acc[b, 2] += wi
                 for j in range(g if ns > 0 else 0):  # the gain weights of the splitting groups
@@ -327,7 +327,7 @@ def group(
                         GW[i, sp] = gw
                         continue
                     for u in range(d):
-                        y_row[u] = float(X[i, u]) - float(C[j, u])
+                        y_row[u] = np.float64(X[i, u]) - np.float64(C[j, u])
                     for u in range(d):
                         yu = gw * y_row[u]
                         for v in range(u + 1):  # the lower triangle (what eigh reads)
@@ -353,7 +353,7 @@ def spread(X, C, labels, w, scatter, nb):
             _row_scores(X, i, CT, csq, g)
             xs = 0.0
             for t in range(d):
-                xs += float(X[i, t]) * float(X[i, t])
+                xs += np.float64(X[i, t]) * np.float64(X[i, t])
             g1 = np.inf  # the two smallest scores (as a sorted top-2 would give them)
             g2 = np.inf
             for j in range(k):
@@ -362,13 +362,13 @@ def spread(X, C, labels, w, scatter, nb):
                     g1 = g[j]
                 elif g[j] < g2:
                     g2 = g[j]
-            wi = float(w[i]) if has_w else 1.0
+            wi = np.float64(w[i]) if has_w else 1.0
             a = labels[i]
             R[b, a] += wi * (max(g2 + xs, 0.0) - max(g1 + xs, 0.0))
             if not scatter:
                 continue
             for t in range(d):
-                y[t] = float(X[i, t]) - float(C[a, t])
+                y[t] = np.float64(X[i, t]) - np.float64(C[a, t])
             for u in range(d):
                 yu = wi * y[u]
                 for v in range(d):
@@ -388,10 +388,10 @@ def halves(X, C, labels, V, w, nb):
             a = labels[i]
             proj = 0.0
             for t in range(d):
-                proj += (float(X[i, t]) - float(C[a, t])) * V[a, t]
+                proj += (np.float64(X[i, t]) - np.float64(C[a, t])) * V[a, t]
             half = 2 * a + (1 if proj > 0.0 else 0)
-            wi = float(w[i]) if has_w else 1.0
+            wi = np.float64(w[i]) if has_w else 1.0
             count[b, half] += wi
             for t in range(d):
-                total[b, half, t] += wi * float(X[i, t])
+                total[b, half, t] += wi * np.float64(X[i, t])
     return sum_blocks(count), sum_blocks(total.reshape(nb, 2 * k * d)).reshape(2 * k, d)

@@ -27,7 +27,7 @@ def _sq(A):
     s = 0.0
     for j in range(A.shape[0]):
         for t in range(A.shape[1]):
-            s += float(A[j, t]) * float(A[j, t])
+            s += np.float64(A[j, t]) * np.float64(A[j, t])
     return s
 
 
