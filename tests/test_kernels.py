@@ -8,6 +8,7 @@ the sums do not depend on the number of threads, and that a forked child falls b
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rbfkmeans import RBFKMeans, _lloyd_loops, _loops, kernels, splits
+from rbfkmeans import lloyd as lloyd_module
 from rbfkmeans.assignments import get_assignment
 from rbfkmeans.groups import GroupStats, _kernel_sums_wide, _torch_sums, group_stats
 from rbfkmeans.lloyd import lloyd
@@ -306,19 +308,77 @@ def test_compiled_lloyd_equals_the_python_loop(tol: float, weighted: bool, d: in
         assert fused.inertia == pytest.approx(plain.inertia, rel=1e-12)
 
 
+def _give_up_iteration(X: np.ndarray, w: np.ndarray, C0: np.ndarray, target: float,
+                       max_iter: int) -> tuple[int, bool]:
+    """Plain float64 Lloyd iterations with the give-up rule of ``lloyd(target=...)`` written
+    from its definition: ``J_t`` the weighted squared distances of iteration ``t``'s points to
+    their clusters' means. Returns the iterations run and whether it gave up."""
+    C, prev, J_prev = C0.copy(), None, math.inf
+    for it in range(1, max_iter + 1):
+        lab = ((X[:, None, :] - C[None]) ** 2).sum(axis=2).argmin(axis=1)
+        C = np.stack([np.average(X[lab == j], axis=0, weights=w[lab == j])
+                      for j in range(len(C))])
+        if prev is not None and np.array_equal(lab, prev):
+            return it, False
+        J = float((w * ((X - C[lab]) ** 2).sum(axis=1)).sum())
+        excess, pace = J - target, lloyd_module.STALL * (J_prev - J)
+        if it >= 3 and excess > pace:
+            assert excess - pace > 1e-6 * J  # far from the boundary: rounding cannot flip it
+            return it, True
+        assert it < 3 or pace - excess > 1e-6 * J
+        prev, J_prev = lab, J
+    return max_iter, False
+
+
+@pytest.mark.parametrize("d", [3, 40])
+def test_lloyd_gives_up_on_its_target_as_its_rule_says(d: int,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the third iteration a run stops, unconverged, once ``J_t - target`` exceeds
+    ``STALL (J_{t-1} - J_t)``: the compiled loop and the Python loop stop at the iteration the
+    rule written from its definition gives, on a target it cannot reach and on one it reaches;
+    without a target the run is the one it always was."""
+    X, w = _points(21, 1500, d, weighted=True)
+    assert w is not None
+    data = Data(X, w)
+    C0 = X[:12].clone()
+    free = lloyd(data, C0)
+    for target, gives_up in ((0.97 * free.inertia, True), (1.02 * free.inertia, False)):
+        want = _give_up_iteration(X.numpy(), w.numpy(), C0.numpy(), target, 300)
+        assert want[1] is gives_up
+        for torch_path in (False, True):
+            with monkeypatch.context() as mp:
+                if torch_path:
+                    _torch_path(mp)
+                run = lloyd(data, C0, target=target)
+            assert (run.n_iter, run.gave_up) == want
+            assert run.converged is not gives_up
+            if gives_up:
+                assert run.inertia > target
+                assert run.n_iter < free.n_iter
+            else:
+                assert run.inertia == pytest.approx(free.inertia, rel=1e-12)
+    with monkeypatch.context() as mp:
+        mp.setattr(lloyd_module, "STALL", 1e300)  # a run that never stalls ends as without
+        run = lloyd(data, C0, target=0.5 * free.inertia)
+    assert (run.n_iter, run.gave_up, run.inertia) == (free.n_iter, False, free.inertia)
+
+
 def _lloyd_on_full_passes(X: np.ndarray, C0: np.ndarray, w: np.ndarray, max_iter: int,
                           nb: int) -> tuple[np.ndarray, np.ndarray, bool, int, int]:
     """``_lloyd_loops.lloyd`` with every pass the unbounded :func:`_loops.hard` (the reference)."""
-    C, lab, prev, has_prev = C0.copy(), np.empty(len(X), np.int64), np.empty(0, np.int64), False
+    C, lab, prev = C0.copy(), np.empty(len(X), np.int64), np.empty(0, np.int64)
+    iters, status = max_iter, 0
     for it in range(1, max_iter + 1):
         N, S, _ = _loops.hard(X, C, w, False, lab, nb)
         if (N == 0).any():
-            return C, prev, has_prev, it - 1, 2
+            return C, prev, np.nan, it - 1, 2
         C = (S / N[:, None]).astype(X.dtype)
-        if has_prev and np.array_equal(lab, prev):
-            return C, lab, True, it, 1
-        prev, lab, has_prev = lab.copy(), lab, True
-    return C, prev, has_prev, max_iter, 0
+        if it > 1 and np.array_equal(lab, prev):
+            iters, status = it, 1
+            break
+        prev = lab.copy()
+    J = _loops.hard(X, C, w, True, lab, nb)[2]  # the labels and J at the centroids reached
+    return C, lab, J, iters, status
 
 
 @settings(max_examples=30, deadline=None)
@@ -340,11 +400,14 @@ def test_bounded_lloyd_passes_equal_full_passes_bit_for_bit(
     C0 = X[rng.integers(0, n, size=k)].copy()  # duplicates when k > distinct rows
     w = (rng.uniform(0.0, 3.0, size=n) if weighted else np.empty(0)).astype(dt)
     nb = kernels._blocks(n)
-    got = _lloyd_loops.lloyd(X, C0, w, 100, 0.0, nb, False)
+    got = _lloyd_loops.lloyd(X, C0, w, 100, 0.0, nb, False, np.inf, 0.0)
     want = _lloyd_on_full_passes(X, C0, w, 100, nb)
-    assert got[2:] == want[2:]
+    assert got[3:] == want[3:]
     np.testing.assert_array_equal(got[0], want[0])
-    if want[2]:
+    if want[4] != 2:  # the final labels and J too
+        np.testing.assert_array_equal(got[1], want[1])
+        assert got[2] == want[2]
+    elif want[3]:
         np.testing.assert_array_equal(got[1], want[1])
 
 
@@ -371,10 +434,9 @@ def test_compiled_lloyd_hands_an_empty_cluster_to_the_relocation(
     data = Data(X)
     C0 = torch.cat([X[:5], torch.full((1, 3), 1e3, dtype=torch.float64)])
     run = kernels.lloyd_run(X, C0, None, 300, 0.0)
-    assert run[2] == 0
-    assert run[1] is None
-    assert not run[3]
-    torch.testing.assert_close(run[0], C0)
+    assert (run.n_iter, run.finished, run.converged) == (0, False, False)
+    assert run.labels is None
+    torch.testing.assert_close(run.C, C0)
     fused = lloyd(data, C0)
     _torch_path(monkeypatch)
     plain = lloyd(data, C0)

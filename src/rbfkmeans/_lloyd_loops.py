@@ -17,6 +17,9 @@ widened by a relative ``64 epsilon``). A row that passes has the strictly smalle
 at ``c_a``, so it keeps the label a full pass gives it; the others take the scores, argmin and
 sums of :func:`rbfkmeans._loops.hard` in the same order: labels, sums and iterations equal those
 of full passes bit for bit. On wide data the passes are :func:`rbfkmeans._loops.hard_wide`.
+A run ends with one more pass at the centroids it reached, for their labels and ``J`` (a bounded
+one computes each skipped row's own score as the full pass does, so ``J`` is the full pass's
+too): the caller needs no pass of its own.
 
 Only :mod:`rbfkmeans.kernels` imports this module; it needs numba.
 """
@@ -35,14 +38,16 @@ _RHO = 64.0 * 2.0**-52
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def bounded(X, C, w, old, new, upper, lower, xs, delta, first, nb):
+def bounded(X, C, w, old, new, upper, lower, xs, delta, first, objective, nb):
     """One hard pass that skips the rows whose label provably stays (Hamerly 2010): ``upper``
     bounds the distance of row ``i`` to its centroid ``old[i]``, ``lower`` the distance to every
     other (both refreshed here by the moves ``delta`` (k,) of the centroids since they were
     set); a row is recomputed unless ``upper^2 + 2 E_i < max(lower, s_a - upper)^2``, with
     ``s_a`` the distance of ``c_a`` to its nearest other centroid and ``E_i`` a bound on the
     rounding error of a score. Rows recomputed take the scores, argmin and sums of :func:`hard`
-    in the same order, so labels and sums equal its bit for bit. ``first``: every row."""
+    in the same order, so labels and sums equal its bit for bit; with ``objective`` a skipped
+    row's own score is computed as :func:`hard` computes it, so ``J`` does too. ``first``:
+    every row. Returns ``N``, ``S`` and ``J`` (0 without ``objective``)."""
     n, d = X.shape
     k = C.shape[0]
     has_w = w.shape[0] > 0
@@ -74,6 +79,7 @@ def bounded(X, C, w, old, new, upper, lower, xs, delta, first, nb):
     block = (n + nb - 1) // nb
     N = np.zeros((nb, k))
     S = np.zeros((nb, k, d))
+    J = np.zeros(nb)
     G = np.empty((nb, k))
     for b in prange(nb):
         g = G[b]
@@ -82,15 +88,15 @@ def bounded(X, C, w, old, new, upper, lower, xs, delta, first, nb):
         for i in range(b * block, min(n, (b + 1) * block)):
             a = old[i]
             E = kappa * (xs[i] + cmax)
+            ga = np.inf  # the row's own score, once computed
             if not first:
                 u = (upper[i] + delta[a]) * (1.0 + _RHO)
                 l = max((lower[i] - (d2 if a == top else d1)) * (1.0 - _RHO), 0.0)
                 L = max(l, (sep[a] - u) * (1.0 - _RHO))
                 skip = u * u * (1.0 + _RHO) + 2.0 * E < L * L * (1.0 - _RHO)
-                if not skip:  # tighten the upper bound and test again
-                    ga = csq[a]
-                    for t in range(d):
-                        ga += -2.0 * np.float64(X[i, t]) * CT[t, a]
+                if not skip or objective:  # the own score: tighten the bound (and test again)
+                    ga = _own_score(X, i, CT, csq, a)
+                if not skip:
                     u = math.sqrt(max(ga + xs[i], 0.0) + E) * (1.0 + _RHO)
                     skip = u * u * (1.0 + _RHO) + 2.0 * E < L * L * (1.0 - _RHO)
                 upper[i] = u
@@ -109,41 +115,73 @@ def bounded(X, C, w, old, new, upper, lower, xs, delta, first, nb):
                         a = j
                     elif g[j] < g2:
                         g2 = g[j]
+                ga = g1
                 upper[i] = math.sqrt(max(g1 + xs[i], 0.0) + E) * (1.0 + _RHO)
                 lower[i] = math.sqrt(max(g2 + xs[i] - E, 0.0)) * (1.0 - _RHO)
             new[i] = a
-            _add_row(X, i, np.float64(w[i]) if has_w else 1.0, Nb, Sb, a)
-    return sum_blocks(N), sum_blocks(S.reshape(nb, k * d)).reshape(k, d)
+            wi = np.float64(w[i]) if has_w else 1.0
+            _add_row(X, i, wi, Nb, Sb, a)
+            if objective:  # the term of hard's J: the row's smallest score is its own
+                J[b] += wi * max(ga + xs[i], 0.0)
+    return sum_blocks(N), sum_blocks(S.reshape(nb, k * d)).reshape(k, d), \
+        sum_blocks(J.reshape(nb, 1))[0]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _own_score(X, i, CT, csq, a):
+    """``g_a = ||c_a||^2 - 2 x_i.c_a`` in the order of :func:`rbfkmeans._loops._row_scores`."""
+    ga = csq[a]
+    for t in range(X.shape[1]):
+        ga += -2.0 * np.float64(X[i, t]) * CT[t, a]
+    return ga
 
 
 @njit(cache=True, nogil=True)
-def lloyd(X, C0, w, max_iter, tol, nb, wide):
+def _moments(X, w, xs):
+    """``sum_i w_i ||x_i||^2``, filling ``xs`` (n,) with ``||x_i||^2`` unless it is empty."""
+    n, d = X.shape
+    total = 0.0
+    for i in range(n):
+        s = 0.0
+        for t in range(d):
+            s += np.float64(X[i, t]) * np.float64(X[i, t])
+        if xs.shape[0]:
+            xs[i] = s
+        total += s * (np.float64(w[i]) if w.shape[0] else 1.0)
+    return total
+
+
+@njit(cache=True, nogil=True)
+def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall):
     """Lloyd iterations on bounded passes (:func:`bounded`; ``wide``: full passes of
-    :func:`hard_wide`), the stopping rules of :func:`rbfkmeans.lloyd.lloyd`; stops before
-    relocating an empty cluster (status 2)."""
+    :func:`hard_wide`) with the stopping rules of :func:`rbfkmeans.lloyd.lloyd` (status 1), its
+    give-up rule for a finite ``target`` (status 3: ``J_t - target > stall (J_{t-1} - J_t)``
+    from the third iteration, ``J_t = sum_i w_i ||x_i||^2 - sum_j ||S_j||^2 / N_j`` the
+    objective of the pass's labels at their means) or ``max_iter`` (status 0), then one more
+    pass at the centroids reached for their labels and ``J`` (those of :func:`hard` bit for
+    bit). Stops before relocating an empty cluster (status 2, returning the labels of the pass
+    before and no ``J``). Returns ``C``, the labels, ``J``, the iterations and the status."""
     n = X.shape[0]
     k, d = C0.shape
     C = C0.copy()
     lab = np.empty(n, dtype=np.int64)
     prev = np.zeros(n, dtype=np.int64)
-    has_prev = False
     xs = np.empty(0 if wide else n)  # the bounds' ||x_i||^2, upper and lower bounds
-    for i in range(xs.shape[0]):
-        s = 0.0
-        for t in range(d):
-            s += np.float64(X[i, t]) * np.float64(X[i, t])
-        xs[i] = s
+    moments = _moments(X, w, xs) if np.isfinite(target) or not wide else 0.0
+    J_prev = np.inf
     upper = np.empty(xs.shape[0])
     lower = np.empty(xs.shape[0])
     delta = np.zeros(k)
+    status = 0
+    iters = max_iter
     for it in range(1, max_iter + 1):
         if wide:
             N, S, _ = hard_wide(X, C, w, False, lab, nb)
         else:
-            N, S = bounded(X, C, w, prev, lab, upper, lower, xs, delta, it == 1, nb)
+            N, S, _ = bounded(X, C, w, prev, lab, upper, lower, xs, delta, it == 1, False, nb)
         for j in range(k):
             if N[j] == 0.0:  # an empty cluster: its relocation is left to the caller
-                return C, prev, has_prev, it - 1, 2
+                return C, prev, np.nan, it - 1, 2
         C_new = np.empty_like(C)
         shift = 0.0
         for j in range(k):
@@ -155,16 +193,29 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide):
                 move += step * step
             delta[j] = math.sqrt(move) * (1.0 + _RHO)
         C = C_new
-        same = has_prev
+        same = it > 1
         if same:
             for i in range(n):
                 if lab[i] != prev[i]:
                     same = False
                     break
-        if same:
-            return C, lab, True, it, 1
-        prev, lab = lab, prev
-        has_prev = True
-        if tol > 0.0 and shift <= tol:
-            return C, prev, True, it, 1
-    return C, prev, has_prev, max_iter, 0
+        prev, lab = lab, prev  # prev: this pass's labels
+        if same or (tol > 0.0 and shift <= tol):
+            status, iters = 1, it
+            break
+        if np.isfinite(target):
+            J = moments
+            for j in range(k):
+                sq = 0.0
+                for t in range(d):
+                    sq += S[j, t] * S[j, t]
+                J -= sq / N[j]
+            if it >= 3 and J - target > stall * (J_prev - J):
+                status, iters = 3, it
+                break
+            J_prev = J
+    if wide:  # the labels and J at C: the pass of rbfkmeans.kernels.hard_pass
+        J = hard_wide(X, C, w, True, lab, nb)[2]
+    else:
+        J = bounded(X, C, w, prev, lab, upper, lower, xs, delta, False, True, nb)[2]
+    return C, lab, J, iters, status

@@ -47,9 +47,11 @@ cached on disk for later processes): :func:`warm_up` does it ahead of time.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -82,6 +84,20 @@ MAX_PARTIAL_ENTRIES = 1 << 23
 _BLOCK_ROWS = 512
 
 _KINDS = {"softmax": 0, "entmax15": 1, "sparsemax": 2}
+
+
+class LloydRun(NamedTuple):
+    """What :func:`lloyd_run` returns: the centroids reached, labels, ``J`` (NaN unless
+    ``finished``), iterations run, whether they converged or gave up on the target, and whether
+    the run finished (False: it stopped before relocating an empty cluster)."""
+
+    C: Tensor
+    labels: Tensor | None
+    inertia: float
+    n_iter: int
+    converged: bool
+    gave_up: bool
+    finished: bool
 
 
 #: the process whose threads ran the first kernel (None before): a child forked after that
@@ -266,24 +282,25 @@ def group_fixed_point(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: T
     return torch.from_numpy(C_out), int(it), status == 0
 
 
-def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int,
-              tol: float) -> tuple[Tensor, Tensor | None, int, bool]:
+def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int, tol: float,
+              target: float = math.inf, stall: float = 0.0) -> LloydRun:
     """Lloyd iterations from ``C`` (k, d) on the rows of ``X``, all in compiled code, with the
     stopping rules of :func:`rbfkmeans.lloyd.lloyd` (labels unchanged, or ``tol > 0`` and a
-    squared shift of at most ``tol``, or ``max_iter`` iterations), up to the first pass that
-    leaves a cluster empty, whose relocation the caller does.
-
-    Returns the centroids reached (in ``X``'s dtype; the centroids of that pass when it
-    stopped on an empty cluster), the labels of the pass before the last one run (None if
-    none), the iterations completed, and whether it converged. Single process only; call only
-    where :func:`usable` holds."""
+    squared shift of at most ``tol``, or ``max_iter`` iterations, or, with a finite ``target``,
+    its give-up rule with ratio ``stall``), then the labels and ``J`` at the centroids reached
+    (those of :func:`hard_pass` bit for bit); or up to the first pass that leaves a cluster
+    empty, whose relocation the caller does (``finished`` False: the labels of the pass before
+    that one, None if none, and no ``J``). Single process only; call only where :func:`usable`
+    holds."""
     wide = int(X.shape[1]) > MAX_DIM
     with _launch(blas=wide):
-        C_out, prev, has_prev, it, status = _lloyd_loops.lloyd(
+        C_out, labels, J, it, status = _lloyd_loops.lloyd(
             _array(X), _array(C.to(X.dtype)), _weights(w, X), int(max_iter), float(tol),
-            _blocks(int(X.shape[0])), wide)
-    labels = torch.from_numpy(prev) if has_prev else None
-    return torch.from_numpy(C_out), labels, int(it), status == 1
+            _blocks(int(X.shape[0])), wide, float(target), float(stall))
+    finished = status != 2
+    return LloydRun(torch.from_numpy(C_out),
+                    torch.from_numpy(labels) if finished or it > 0 else None, float(J), int(it),
+                    status == 1, status == 3, finished)
 
 
 def spread_pass(X: Tensor, C: Tensor, labels: Tensor, w: Tensor | None, *,

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -190,16 +191,18 @@ def _merge(C: Tensor, m: Tensor, thr: float) -> tuple[Tensor, Tensor]:
         return C, m
     d2 = torch.cdist(C.double(), C.double()).square_()
     d2.fill_diagonal_(math.inf)
-    if not bool((d2 <= thr).any()):
+    close = (d2 <= thr).cpu().numpy()  # (g, g)
+    if not close.any():
         return C, m
-    keep: list[int] = []
+    kept = np.zeros(C.shape[0], dtype=bool)
     mult = [int(v) for v in m.tolist()]
     for j in range(C.shape[0]):
-        twin = next((i for i in keep if float(d2[i, j]) <= thr), None)
-        if twin is None:
-            keep.append(j)
+        twins = np.flatnonzero(close[:j, j] & kept[:j])  # the first kept group close to j
+        if twins.size:
+            mult[int(twins[0])] += mult[j]
         else:
-            mult[twin] += mult[j]
+            kept[j] = True
+    keep = np.flatnonzero(kept).tolist()
     return C[keep], torch.tensor([mult[i] for i in keep], dtype=m.dtype, device=m.device)
 
 

@@ -143,7 +143,7 @@ def _breathe(data: Data, best: LloydResult, gain: Tensor, halves: Tensor, m: int
     grown = lloyd(data, torch.cat([C, halves[split, 1]]), max_iter=max_iter, tol=tol)
     drop = _spread_out(_removal_costs(data, grown.C, grown.labels), grown.C, len(split))
     keep = [j for j in range(grown.C.shape[0]) if j not in set(drop)]
-    trial = lloyd(data, grown.C[keep], max_iter=max_iter, tol=tol)
+    trial = lloyd(data, grown.C[keep], max_iter=max_iter, tol=tol, target=best.inertia)
     return trial, grown.n_iter + trial.n_iter
 
 
@@ -174,6 +174,8 @@ def _last_look(data: Data, best: LloydResult, tried: list[LloydResult],
     for trial in sorted(tried, key=lambda t: t.inertia):
         if trial.inertia >= best.inertia * (1.0 + NEAR):
             break
+        if trial.gave_up:  # it stalled above J: not a run stopped early by the tolerance
+            continue
         more = lloyd(data, trial.C, max_iter=max_iter, tol=tol / 100.0)
         n_iter += more.n_iter
         if more.inertia < goal:
@@ -184,7 +186,7 @@ def _last_look(data: Data, best: LloydResult, tried: list[LloydResult],
             continue
         C = best.C.clone()
         C[a], C[j] = halves[j, 0], halves[j, 1]
-        trial = lloyd(data, C, max_iter=max_iter, tol=tol)
+        trial = lloyd(data, C, max_iter=max_iter, tol=tol, target=best.inertia)
         n_iter += trial.n_iter
         n_trials += 1
         if trial.inertia < goal:
@@ -270,7 +272,8 @@ def swap_search(
     The ``n_candidates`` swaps with the lowest predicted change ``removal[a] - gain[j]``
     (:func:`swap_costs`), among those predicted to cost at most ``slack * J``, are tried in that
     order, each by hard Lloyd iterations (at most ``max_iter``) from the swapped centroids
-    (``c_a`` and ``c_j`` become the means of ``j``'s halves); the first whose Lloyd fixed point
+    (``c_a`` and ``c_j`` become the means of ``j``'s halves), given up once they stall above
+    ``J`` (:func:`rbfkmeans.lloyd.lloyd` with ``target=J``); the first whose Lloyd fixed point
     has a lower ``J`` is kept and the search starts again from it. Stops after a round with no
     improvement or after ``max_swaps`` kept swaps. With ``tol > 0`` the trials stop once the
     centroids move by at most ``tol`` (squared, as :func:`rbfkmeans.lloyd.lloyd`) and the kept
@@ -280,18 +283,18 @@ def swap_search(
     With ``max_moves = M > 1`` the search first breathes (Fritzke 2020, breathing k-means, here
     from the annealed start): the ``M`` clusters of largest split gain are split (``k + M``
     centroids, Lloyd), then the ``M`` centroids that cost least to remove are deleted (never the
-    nearest neighbour of another deleted one; Lloyd with ``k``); kept if ``J`` drops (the same
-    ``M`` is tried again), else ``M`` decreases by one, down to the single swaps above. Each
-    moved centroid counts as one swap.
+    nearest neighbour of another deleted one; Lloyd with ``k``, given up as above); kept if
+    ``J`` drops (the same ``M`` is tried again), else ``M`` decreases by one, down to the
+    single swaps above. Each moved centroid counts as one swap.
 
     With ``last_look = L > n_candidates`` (and ``tol > 0``) a round without improvement is
     followed by a last look before the search stops, measured against the result it would
     return (the best fixed point so far, polished until its labels settle): the round's trials
-    that ended within ``NEAR`` (0.1%) of its ``J`` run on until their centroids move by at most
-    ``tol / 100`` (a trial stopped at ``tol`` is often still above a fixed point that beats
-    ``J``), then the next swaps in order of predicted cost are tried, up to ``L`` in the round;
-    an improvement resumes the search. Everything before that point is as without it, so the
-    result's ``J`` is lower than or equal to the one without it.
+    that ended within ``NEAR`` (0.1%) of its ``J`` (without giving up) run on until their
+    centroids move by at most ``tol / 100`` (a trial stopped at ``tol`` is often still above a
+    fixed point that beats ``J``), then the next swaps in order of predicted cost are tried, up
+    to ``L`` in the round; an improvement resumes the search. Everything before that point is
+    as without it, so the result's ``J`` is lower than or equal to the one without it.
     """
     if not isinstance(start, LloydResult):
         raise TypeError(f"start must be a LloydResult; got {type(start).__name__}")
@@ -332,7 +335,7 @@ def swap_search(
         for _, a, j in pairs:
             C = best.C.clone()
             C[a], C[j] = halves[j, 0], halves[j, 1]
-            trial = lloyd(data, C, max_iter=max_iter, tol=tol)
+            trial = lloyd(data, C, max_iter=max_iter, tol=tol, target=best.inertia)
             n_iter += trial.n_iter
             n_trials += 1
             if trial.inertia < best.inertia * (1.0 - _GAIN):
