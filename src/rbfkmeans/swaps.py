@@ -357,7 +357,8 @@ def swap_search(
                 n_swaps += 1
         if not improved:
             break
-    if tol > 0 and n_swaps and not settled:  # the trials stopped on the tolerance: settle
+    # the trials stopped on the tolerance, or the kept one gave up (below J all the same): settle
+    if n_swaps and not settled and (tol > 0 or best.gave_up):
         polished = lloyd(data, best.C, max_iter=max_iter)
         n_iter += polished.n_iter
         best = polished
