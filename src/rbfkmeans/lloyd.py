@@ -263,9 +263,13 @@ def lloyd(
 
 
 def _moments(data: Data) -> float:
-    """``sum_i w_i ||x_i||^2`` over the ranks, float64."""
-    sq = data.X_sq.double()
-    total = float(sq.sum() if data.w is None else sq @ data.w.double())
+    """``sum_i w_i ||x_i||^2`` over the ranks, squared and added in float64 (``Data.X_sq`` is in
+    the data's dtype: in float32 its rounding would swamp ``J_t``, a small difference)."""
+    total = 0.0
+    for s in data.chunks(1):
+        sq = data.X[s].double().square().sum(dim=1)
+        w = data.weight(s)
+        total += float(sq.sum() if w is None else sq @ w.double())
     return data.comm.sum_scalars(total)[0] if data.comm.active else total
 
 
