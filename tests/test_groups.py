@@ -223,3 +223,29 @@ def test_estimator_schedules_agree_on_separated_blobs() -> None:
     b = RBFKMeans(4, schedule="geometric", random_state=0).fit(X)
     assert a.inertia_ == pytest.approx(b.inertia_, rel=1e-9)
     assert len(a.temperatures_) < len(b.temperatures_)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), sites=st.integers(1, 6), g=st.integers(1, 30))
+def test_merge_joins_each_group_to_the_first_kept_one_within_the_threshold(
+        seed: int, sites: int, g: int) -> None:
+    """``_merge`` against the rule written plainly: groups in order, each either kept or added
+    to the first kept group within ``thr`` (squared distance), its multiplicity carried along;
+    near-coincident groups around a few sites, so chains (a close to b close to c) occur."""
+    rng = np.random.default_rng(seed)
+    site = rng.normal(size=(sites, 3)) * 5.0
+    C = torch.as_tensor(site[rng.integers(0, sites, size=g)] + rng.normal(size=(g, 3)) * 1e-3)
+    m = torch.as_tensor(rng.integers(1, 5, size=g))
+    thr = float(rng.choice([1e-7, 1e-6, 4e-6]))
+    kept: list[int] = []
+    mult = m.tolist()
+    for j in range(g):
+        twin = next((i for i in kept if float(((C[i] - C[j]) ** 2).sum()) <= thr), None)
+        if twin is None:
+            kept.append(j)
+        else:
+            mult[twin] += mult[j]
+    C_got, m_got = splits._merge(C, m, thr)
+    torch.testing.assert_close(C_got, C[kept], rtol=0, atol=0)
+    assert m_got.tolist() == [mult[i] for i in kept]
+    assert int(m_got.sum()) == int(m.sum())
