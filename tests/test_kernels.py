@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from rbfkmeans import RBFKMeans, _lloyd_loops, _loops, kernels, splits
@@ -400,7 +400,9 @@ def test_bounded_lloyd_passes_equal_full_passes_bit_for_bit(
     C0 = X[rng.integers(0, n, size=k)].copy()  # duplicates when k > distinct rows
     w = (rng.uniform(0.0, 3.0, size=n) if weighted else np.empty(0)).astype(dt)
     nb = kernels._blocks(n)
-    got = _lloyd_loops.lloyd(X, C0, w, 100, 0.0, nb, False, np.inf, 0.0)
+    none_i, none_f = np.empty(0, np.int64), np.empty(0)
+    got = _lloyd_loops.lloyd(X, C0, w, 100, 0.0, nb, False, np.inf, 0.0, none_i, none_f,
+                             none_f, none_i)[:5]
     want = _lloyd_on_full_passes(X, C0, w, 100, nb)
     assert got[3:] == want[3:]
     np.testing.assert_array_equal(got[0], want[0])
@@ -409,6 +411,63 @@ def test_bounded_lloyd_passes_equal_full_passes_bit_for_bit(
         assert got[2] == want[2]
     elif want[3]:
         np.testing.assert_array_equal(got[1], want[1])
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(20, 2500), d=st.integers(1, 16),
+       k=st.integers(2, 30), move=st.sampled_from(["swap", "delete", "grow", "none"]),
+       grid=st.booleans(), weighted=st.booleans())
+def test_lloyd_from_a_parents_bounds_equals_a_cold_start(seed: int, n: int, d: int, k: int,
+                                                         move: str, grid: bool,
+                                                         weighted: bool) -> None:
+    """A run started from a finished run's labels and bounds (``warm``), its centroids changed
+    as the swap search changes them (two replaced, some deleted, some added, none), takes
+    exactly the iterations, labels, centroids and ``J`` of a cold start from the same centroids,
+    also with exact ties (integer points)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) * rng.uniform(0.1, 10.0) + rng.uniform(-100.0, 100.0)
+    if grid:
+        X = np.round(X / 10.0)
+    Xt = torch.as_tensor(X)
+    w = torch.as_tensor(rng.uniform(0.0, 3.0, size=n)) if weighted else None
+    data = Data(Xt, w)
+    parent = lloyd(data, Xt[torch.as_tensor(rng.choice(n, size=min(k, n), replace=False))]
+                   .clone(), tol=1e-3)
+    assume(parent.bounds is not None)  # a run that relocated an empty cluster has none
+    assert parent.bounds is not None
+    k = parent.C.shape[0]
+    rows = torch.arange(k)
+    C = parent.C.clone()
+    if move == "swap":
+        a, b = rng.choice(k, size=2, replace=False).tolist()
+        C[a], C[b] = Xt[int(rng.integers(n))], Xt[int(rng.integers(n))]
+        rows[[a, b]] = -1
+    elif move == "delete":
+        keep = torch.as_tensor(np.sort(rng.choice(k, size=max(1, k - 3), replace=False)))
+        C, rows = C[keep], keep
+    elif move == "grow":
+        C = torch.cat([C, Xt[torch.as_tensor(rng.integers(0, n, size=3))]])
+        rows = torch.cat([rows, torch.full((3,), -1)])
+    for max_iter in (1, 2, 300):  # after one pass too: a fixed point can hide a wrong pass
+        warm = lloyd(data, C, tol=1e-6, max_iter=max_iter, warm=(parent, rows))
+        cold = lloyd(data, C, tol=1e-6, max_iter=max_iter)
+        assert (warm.n_iter, warm.converged, warm.inertia) == (cold.n_iter, cold.converged,
+                                                                cold.inertia)
+        assert torch.equal(warm.labels, cold.labels)
+        assert torch.equal(warm.C, cold.C)
+
+
+def test_lloyd_warm_start_checks_its_rows() -> None:
+    """``warm`` rows must name distinct parent centroids that equal the ones they keep."""
+    X, _ = _points(3, 500, 3)
+    data = Data(X)
+    parent = lloyd(data, X[:6].clone())
+    with pytest.raises(ValueError, match="differs from its parent's"):
+        lloyd(data, parent.C + 1.0, warm=(parent, torch.arange(6)))
+    with pytest.raises(ValueError, match=r"warm rows must be distinct rows of the parent's 6"):
+        lloyd(data, parent.C, warm=(parent, torch.tensor([0, 0, 1, 2, 3, 4])))
+    with pytest.raises(ValueError, match=r"warm rows must be a tensor of shape \(6,\)"):
+        lloyd(data, parent.C, warm=(parent, torch.arange(5)))
 
 
 def test_float32_rows_are_squared_in_float64() -> None:

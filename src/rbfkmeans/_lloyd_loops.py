@@ -38,7 +38,7 @@ _RHO = 64.0 * 2.0**-52
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def bounded(X, C, w, old, new, upper, lower, xs, delta, first, objective, nb):
+def bounded(X, C, w, old, new, upper, lower, xs, delta, first, objective, moved, nb):
     """One hard pass that skips the rows whose label provably stays (Hamerly 2010): ``upper``
     bounds the distance of row ``i`` to its centroid ``old[i]``, ``lower`` the distance to every
     other (both refreshed here by the moves ``delta`` (k,) of the centroids since they were
@@ -47,7 +47,10 @@ def bounded(X, C, w, old, new, upper, lower, xs, delta, first, objective, nb):
     rounding error of a score. Rows recomputed take the scores, argmin and sums of :func:`hard`
     in the same order, so labels and sums equal its bit for bit; with ``objective`` a skipped
     row's own score is computed as :func:`hard` computes it, so ``J`` does too. ``first``:
-    every row. Returns ``N``, ``S`` and ``J`` (0 without ``objective``)."""
+    every row. ``moved``: centroids the bounds do not cover (a run started from another run's
+    bounds): each row's distance to them is computed and joins its lower bound; a row whose
+    ``old`` label is negative or among them is recomputed. Returns ``N``, ``S`` and ``J`` (0
+    without ``objective``)."""
     n, d = X.shape
     k = C.shape[0]
     has_w = w.shape[0] > 0
@@ -66,6 +69,9 @@ def bounded(X, C, w, old, new, upper, lower, xs, delta, first, objective, nb):
             s = math.sqrt(s2) * (1.0 - _RHO)
             sep[a] = min(sep[a], s)
             sep[j] = min(sep[j], s)
+    uncovered = np.zeros(k, dtype=np.bool_)
+    for q in range(moved.shape[0]):
+        uncovered[moved[q]] = True
     top = -1  # the centroid that moved most and the two largest moves
     d1 = 0.0
     d2 = 0.0
@@ -89,9 +95,12 @@ def bounded(X, C, w, old, new, upper, lower, xs, delta, first, objective, nb):
             a = old[i]
             E = kappa * (xs[i] + cmax)
             ga = np.inf  # the row's own score, once computed
-            if not first:
+            if not first and a >= 0 and not uncovered[a]:
                 u = (upper[i] + delta[a]) * (1.0 + _RHO)
                 l = max((lower[i] - (d2 if a == top else d1)) * (1.0 - _RHO), 0.0)
+                for q in range(moved.shape[0]):  # the centroids the bounds do not cover
+                    gm = _own_score(X, i, CT, csq, moved[q])
+                    l = min(l, math.sqrt(max(gm + xs[i] - E, 0.0)) * (1.0 - _RHO))
                 L = max(l, (sep[a] - u) * (1.0 - _RHO))
                 skip = u * u * (1.0 + _RHO) + 2.0 * E < L * L * (1.0 - _RHO)
                 if not skip or objective:  # the own score: tighten the bound (and test again)
@@ -152,7 +161,8 @@ def _moments(X, w, xs):
 
 
 @njit(cache=True, nogil=True)
-def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall):
+def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_upper, warm_lower,
+          moved):
     """Lloyd iterations on bounded passes (:func:`bounded`; ``wide``: full passes of
     :func:`hard_wide`) with the stopping rules of :func:`rbfkmeans.lloyd.lloyd` (status 1), its
     give-up rule for a finite ``target`` (status 3: ``J_t - target > stall (J_{t-1} - J_t)``
@@ -160,7 +170,14 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall):
     objective of the pass's labels at their means) or ``max_iter`` (status 0), then one more
     pass at the centroids reached for their labels and ``J`` (those of :func:`hard` bit for
     bit). Stops before relocating an empty cluster (status 2, returning the labels of the pass
-    before and no ``J``). Returns ``C``, the labels, ``J``, the iterations and the status."""
+    before and no ``J``). Returns ``C``, the labels, ``J``, the iterations, the status and the
+    bounds at ``C`` (upper, lower; empty on wide data or after status 2).
+
+    ``warm_labels`` (n,; empty: a cold start) with ``warm_upper``, ``warm_lower`` are the labels
+    and bounds a finished run left at centroids that equal ``C0`` except the rows ``moved``
+    (labels renumbered to ``C0``'s rows, -1 where that centroid is gone or moved): the first
+    pass then starts from them (:func:`bounded` with ``moved``) instead of scoring every row
+    against every centroid; its labels and sums are those of a full pass all the same."""
     n = X.shape[0]
     k, d = C0.shape
     C = C0.copy()
@@ -171,6 +188,12 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall):
     J_prev = np.inf
     upper = np.empty(xs.shape[0])
     lower = np.empty(xs.shape[0])
+    warm = not wide and warm_labels.shape[0] == n
+    if warm:
+        prev[:] = warm_labels
+        upper[:] = warm_upper
+        lower[:] = warm_lower
+    none = np.empty(0, dtype=np.int64)
     delta = np.zeros(k)
     status = 0
     iters = max_iter
@@ -178,10 +201,11 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall):
         if wide:
             N, S, _ = hard_wide(X, C, w, False, lab, nb)
         else:
-            N, S, _ = bounded(X, C, w, prev, lab, upper, lower, xs, delta, it == 1, False, nb)
+            N, S, _ = bounded(X, C, w, prev, lab, upper, lower, xs, delta, it == 1 and not warm,
+                              False, moved if it == 1 and warm else none, nb)
         for j in range(k):
             if N[j] == 0.0:  # an empty cluster: its relocation is left to the caller
-                return C, prev, np.nan, it - 1, 2
+                return C, prev, np.nan, it - 1, 2, np.empty(0), np.empty(0)
         C_new = np.empty_like(C)
         shift = 0.0
         for j in range(k):
@@ -217,5 +241,5 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall):
     if wide:  # the labels and J at C: the pass of rbfkmeans.kernels.hard_pass
         J = hard_wide(X, C, w, True, lab, nb)[2]
     else:
-        J = bounded(X, C, w, prev, lab, upper, lower, xs, delta, False, True, nb)[2]
-    return C, lab, J, iters, status
+        J = bounded(X, C, w, prev, lab, upper, lower, xs, delta, False, True, none, nb)[2]
+    return C, lab, J, iters, status, upper, lower

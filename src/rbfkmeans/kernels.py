@@ -89,7 +89,8 @@ _KINDS = {"softmax": 0, "entmax15": 1, "sparsemax": 2}
 class LloydRun(NamedTuple):
     """What :func:`lloyd_run` returns: the centroids reached, labels, ``J`` (NaN unless
     ``finished``), iterations run, whether they converged or gave up on the target, and whether
-    the run finished (False: it stopped before relocating an empty cluster)."""
+    the run finished (False: it stopped before relocating an empty cluster), and the bounds at
+    ``C`` a later run may start from (upper, lower; None on wide data or unfinished)."""
 
     C: Tensor
     labels: Tensor | None
@@ -98,6 +99,7 @@ class LloydRun(NamedTuple):
     converged: bool
     gave_up: bool
     finished: bool
+    bounds: tuple[Tensor, Tensor] | None
 
 
 #: the process whose threads ran the first kernel (None before): a child forked after that
@@ -283,24 +285,32 @@ def group_fixed_point(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: T
 
 
 def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int, tol: float,
-              target: float = math.inf, stall: float = 0.0) -> LloydRun:
+              target: float = math.inf, stall: float = 0.0,
+              warm: tuple[Tensor, Tensor, Tensor, Tensor] | None = None) -> LloydRun:
     """Lloyd iterations from ``C`` (k, d) on the rows of ``X``, all in compiled code, with the
     stopping rules of :func:`rbfkmeans.lloyd.lloyd` (labels unchanged, or ``tol > 0`` and a
     squared shift of at most ``tol``, or ``max_iter`` iterations, or, with a finite ``target``,
     its give-up rule with ratio ``stall``), then the labels and ``J`` at the centroids reached
     (those of :func:`hard_pass` bit for bit); or up to the first pass that leaves a cluster
     empty, whose relocation the caller does (``finished`` False: the labels of the pass before
-    that one, None if none, and no ``J``). Single process only; call only where :func:`usable`
-    holds."""
+    that one, None if none, and no ``J``). ``warm``: the labels (renumbered, -1 where their
+    centroid moved or is gone), upper and lower bounds a finished run left, and the rows of
+    ``C`` that differ from its centroids (int64): the first pass starts from them, with the
+    same result. Single process only; call only where :func:`usable` holds."""
     wide = int(X.shape[1]) > MAX_DIM
+    none_i, none_f = np.empty(0, dtype=np.int64), np.empty(0)
+    lab0, up0, lo0, moved = (none_i, none_f, none_f, none_i) if warm is None else (
+        _array(warm[0]), _array(warm[1]), _array(warm[2]), _array(warm[3]))
     with _launch(blas=wide):
-        C_out, labels, J, it, status = _lloyd_loops.lloyd(
+        C_out, labels, J, it, status, upper, lower = _lloyd_loops.lloyd(
             _array(X), _array(C.to(X.dtype)), _weights(w, X), int(max_iter), float(tol),
-            _blocks(int(X.shape[0])), wide, float(target), float(stall))
+            _blocks(int(X.shape[0])), wide, float(target), float(stall), lab0, up0, lo0, moved)
     finished = status != 2
+    bounds = (torch.from_numpy(upper), torch.from_numpy(lower)) \
+        if finished and upper.shape[0] else None
     return LloydRun(torch.from_numpy(C_out),
                     torch.from_numpy(labels) if finished or it > 0 else None, float(J), int(it),
-                    status == 1, status == 3, finished)
+                    status == 1, status == 3, finished, bounds)
 
 
 def spread_pass(X: Tensor, C: Tensor, labels: Tensor, w: Tensor | None, *,

@@ -140,11 +140,22 @@ def _breathe(data: Data, best: LloydResult, gain: Tensor, halves: Tensor, m: int
         return None
     C = best.C.clone()
     C[split] = halves[split, 0]
-    grown = lloyd(data, torch.cat([C, halves[split, 1]]), max_iter=max_iter, tol=tol)
+    rows = torch.cat([_kept_rows(best, split), torch.full((len(split),), -1)])
+    grown = lloyd(data, torch.cat([C, halves[split, 1]]), max_iter=max_iter, tol=tol,
+                  warm=(best, rows))
     drop = _spread_out(_removal_costs(data, grown.C, grown.labels), grown.C, len(split))
     keep = [j for j in range(grown.C.shape[0]) if j not in set(drop)]
-    trial = lloyd(data, grown.C[keep], max_iter=max_iter, tol=tol, target=best.inertia)
+    trial = lloyd(data, grown.C[keep], max_iter=max_iter, tol=tol, target=best.inertia,
+                  warm=(grown, torch.tensor(keep)))
     return trial, grown.n_iter + trial.n_iter
+
+
+def _kept_rows(parent: LloydResult, moved: list[int]) -> Tensor:
+    """For ``lloyd(warm=...)``: each of the parent's ``k`` centroids kept in place, except
+    ``moved`` (-1)."""
+    rows = torch.arange(parent.C.shape[0])
+    rows[moved] = -1
+    return rows
 
 
 def _cheapest_swaps(removal: Tensor, gain: Tensor, m: int,
@@ -176,7 +187,8 @@ def _last_look(data: Data, best: LloydResult, tried: list[LloydResult],
             break
         if trial.gave_up:  # it stalled above J: not a run stopped early by the tolerance
             continue
-        more = lloyd(data, trial.C, max_iter=max_iter, tol=tol / 100.0)
+        more = lloyd(data, trial.C, max_iter=max_iter, tol=tol / 100.0,
+                     warm=(trial, _kept_rows(trial, [])))
         n_iter += more.n_iter
         if more.inertia < goal:
             return more, n_iter, n_trials
@@ -186,7 +198,8 @@ def _last_look(data: Data, best: LloydResult, tried: list[LloydResult],
             continue
         C = best.C.clone()
         C[a], C[j] = halves[j, 0], halves[j, 1]
-        trial = lloyd(data, C, max_iter=max_iter, tol=tol, target=best.inertia)
+        trial = lloyd(data, C, max_iter=max_iter, tol=tol, target=best.inertia,
+                      warm=(best, _kept_rows(best, [a, j])))
         n_iter += trial.n_iter
         n_trials += 1
         if trial.inertia < goal:
@@ -335,7 +348,8 @@ def swap_search(
         for _, a, j in pairs:
             C = best.C.clone()
             C[a], C[j] = halves[j, 0], halves[j, 1]
-            trial = lloyd(data, C, max_iter=max_iter, tol=tol, target=best.inertia)
+            trial = lloyd(data, C, max_iter=max_iter, tol=tol, target=best.inertia,
+                          warm=(best, _kept_rows(best, [a, j])))
             n_iter += trial.n_iter
             n_trials += 1
             if trial.inertia < best.inertia * (1.0 - _GAIN):
@@ -345,7 +359,7 @@ def swap_search(
             tried.append(trial)
         if not improved and last_look > n_candidates and tol > 0:
             if n_swaps and not settled:  # what the search would return: the look must beat it
-                polished = lloyd(data, best.C, max_iter=max_iter)
+                polished = lloyd(data, best.C, max_iter=max_iter, warm=(best, _kept_rows(best, [])))
                 n_iter += polished.n_iter
                 best, settled = polished, True
             found, its, trials = _last_look(data, best, tried, pairs, removal, gain, halves,
@@ -359,7 +373,7 @@ def swap_search(
             break
     # the trials stopped on the tolerance, or the kept one gave up (below J all the same): settle
     if n_swaps and not settled and (tol > 0 or best.gave_up):
-        polished = lloyd(data, best.C, max_iter=max_iter)
+        polished = lloyd(data, best.C, max_iter=max_iter, warm=(best, _kept_rows(best, [])))
         n_iter += polished.n_iter
         best = polished
     return SwapResult(best.C, best.labels, best.inertia, n_iter, n_swaps, n_trials,
