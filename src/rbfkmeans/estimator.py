@@ -55,6 +55,7 @@ from .mappings import hardmax
 from .metrics import check_nonzero_rows, cosine_similarity, get_metric
 from .online import OnlineFitMixin
 from .passes import Data, cluster_stats, nearest_labels
+from .repeats import fold_repeats
 from .runs import fit_run, run_schedules
 from .schedules import (
     covariance_spread,
@@ -321,6 +322,9 @@ class RBFKMeans(
         every rank ends with the centroids of the fit on the concatenated data. A
         ``torch.utils.data.DataLoader`` or an iterator of chunks is handed to :meth:`fit_batches`
         (mini-batch, one pass); a ``numpy.memmap`` is used as it is (no copy) by the full fit.
+        Otherwise, in one process, repeated rows are fitted as one row of their summed weight
+        (:mod:`rbfkmeans.repeats`) when that removes a tenth of the rows: the same objective at
+        the cost of the distinct rows; ``labels_`` covers every row.
         """
         if isinstance(X, torch.utils.data.DataLoader | Iterator):
             return self.fit_batches(X, sample_weight=sample_weight)
@@ -329,6 +333,7 @@ class RBFKMeans(
         if comm.active and isinstance(self.init, str) and self.init == "random":
             raise ValueError("init='random' is not supported under torch.distributed; "
                              "use 'k-means++' or 'mean'")
+        out_of_core = isinstance(X, np.memmap)
         error: Exception | None = None
         try:  # validate this rank's shard; under torch.distributed every rank learns the outcome
             X = self._check_X(X, reset=True)
@@ -341,14 +346,23 @@ class RBFKMeans(
             raise ValueError(
                 f"n_samples={n_total} should be >= n_clusters={self.n_clusters}"
             )
-        data = self._data(self._to_torch(X), w, comm)  # (n, d)
+        Xt = self._to_torch(X)
+        # repeated rows fit as one weighted row (one process; a memmap is left as it is)
+        folded = None if comm.active or out_of_core else fold_repeats(
+            Xt, w, chunk_size=self.chunk_size)
+        if folded is not None and folded.rows.numel() >= self.n_clusters:
+            data = self._data(Xt[folded.rows], folded.weight, comm)  # (m, d) distinct rows
+        else:
+            folded = None
+            data = self._data(Xt, w, comm)  # (n, d)
         rng = check_random_state(self.random_state)
         if data.metric.spherical:  # the tangent spread at the mean direction (schedules)
-            mean_var, lam_t, mu_norm = sphere_spread(data.X, w, chunk_size=self.chunk_size,
+            mean_var, lam_t, mu_norm = sphere_spread(data.X, data.w, chunk_size=self.chunk_size,
                                                      comm=comm)
             lam = sphere_eigmax(lam_t, mu_norm)
         else:
-            mean_var, lam = covariance_spread(data.X, w, chunk_size=self.chunk_size, comm=comm)
+            mean_var, lam = covariance_spread(data.X, data.w, chunk_size=self.chunk_size,
+                                              comm=comm)
         abs_tol = float(self.tol) * mean_var
         self.critical_temperature_ = critical_temperature_factor(self.assignment,
                                                                  self.n_clusters) * lam
@@ -361,6 +375,8 @@ class RBFKMeans(
             if best is None or result["inertia"] < best["inertia"]:
                 best = result
         assert best is not None
+        if folded is not None:  # every row takes the label of its distinct row
+            best["labels"] = best["labels"][folded.inverse]
         self._set_fitted(best, X, warn=comm.rank == 0)
         # MacQueen counts for a later partial_fit: the (weighted) size of each cluster
         counts = torch.as_tensor(np.bincount(
