@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from sklearn.exceptions import ConvergenceWarning
 
 import rbfkmeans.estimator as estimator_module
-from rbfkmeans import RBFKMeans
+from rbfkmeans import RBFKMeans, repeats
 from rbfkmeans.repeats import fold_repeats
 
 
@@ -158,3 +158,23 @@ def test_fewer_distinct_rows_than_clusters_fits_all_rows() -> None:
         est = RBFKMeans(4, random_state=0, assignment="hard").fit(X)
     assert est.labels_.shape == (60,)
     assert np.unique(est.cluster_centers_, axis=0).shape[0] == 3
+
+
+@pytest.mark.parametrize("share", [0.0, 0.004, 0.2, 0.6])
+def test_large_data_checked_on_a_sample_first(share: float) -> None:
+    """Above ``SAMPLE_MIN`` rows a sample without a repeat ends the check; the answer is the
+    full rule's all the same: folded exactly when at least a tenth of the rows repeat."""
+    rng = np.random.default_rng(5)
+    n = 50_000
+    assert n > repeats.SAMPLE_MIN
+    X = rng.normal(size=(n, 4))
+    copies = rng.choice(n, size=int(share * n), replace=False)
+    X[copies] = X[rng.integers(0, n, size=copies.size)]  # rows overwritten by other rows
+    f = fold_repeats(torch.tensor(X))
+    distinct = np.unique(X, axis=0).shape[0]
+    if n - distinct < 0.1 * n:
+        assert f is None
+    else:
+        assert f is not None
+        assert f.rows.numel() == distinct
+        assert torch.equal(torch.tensor(X)[f.rows][f.inverse], torch.tensor(X))

@@ -18,6 +18,7 @@ rows separated by them in that order stay apart, which changes nothing else.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -26,7 +27,13 @@ from torch import Tensor
 from ._validation import check_matrix
 from .distances import chunk_rows
 
-__all__ = ["Folded", "fold_repeats"]
+__all__ = ["SAMPLE_FACTOR", "SAMPLE_MIN", "Folded", "fold_repeats"]
+
+#: Large data is first checked on a random sample of ``max(SAMPLE_MIN, SAMPLE_FACTOR sqrt(n))``
+#: rows: if a tenth of the rows repeat, such a sample holds about ``0.1 SAMPLE_FACTOR^2 = 10``
+#: equal pairs or more, so one without any rules folding out at the cost of the sample alone.
+SAMPLE_FACTOR = 10.0
+SAMPLE_MIN = 4096
 
 #: the multipliers of :func:`_mix` (splitmix64's, as signed int64)
 _M1, _M2 = -4658895280553007687, -7723592293110705685
@@ -38,6 +45,25 @@ def _mix(x: Tensor) -> Tensor:
     x = (x ^ (x >> 31)) * _M1
     x = (x ^ (x >> 29)) * _M2
     return x ^ (x >> 32)
+
+
+def _equal_neighbours(X: Tensor, odd: Tensor, step: int) -> tuple[Tensor, Tensor]:
+    """The rows of ``X`` (n, d) in the order of their hashes (n,), and for each neighbour pair
+    in that order whether the two rows are equal (n - 1,); ``step`` rows at a time."""
+    n = X.shape[0]
+    as_int = torch.int32 if X.dtype == torch.float32 else torch.int64
+    h = torch.empty(n, dtype=torch.int64, device=X.device)
+    for s in range(0, n, step):
+        bits = (X[s:s + step] + 0.0).view(as_int).long()  # + 0.0: -0.0 becomes 0.0
+        h[s:s + step] = (_mix(bits) * odd).sum(dim=1)  # wraps around: the same for equal rows
+    order = torch.argsort(h, stable=True)  # (n,)
+    hs = h[order]
+    same = torch.zeros(max(n - 1, 0), dtype=torch.bool, device=X.device)
+    tied = torch.nonzero(hs[1:] == hs[:-1]).squeeze(1)  # the only pairs that can be equal
+    for s in range(0, tied.numel(), step):
+        t = tied[s:s + step]
+        same[t] = (X[order[t + 1]] == X[order[t]]).all(dim=1)
+    return order, same
 
 
 @dataclass(frozen=True)
@@ -56,7 +82,8 @@ def fold_repeats(X: Tensor, sample_weight: Tensor | None = None, *, min_saving: 
                  chunk_size: int | None = None) -> Folded | None:
     """The distinct rows of ``X`` (n, d) with their summed ``sample_weight`` (n,; default 1),
     or None when folding removes fewer than ``min_saving * n`` rows (on such data the copy of
-    the distinct rows costs more than the passes save). Rows are read ``chunk_size`` at a time
+    the distinct rows costs more than the passes save; on large data a random sample without
+    a repeat already says so, see ``SAMPLE_FACTOR``). Rows are read ``chunk_size`` at a time
     (:func:`rbfkmeans.distances.chunk_rows`). Nothing passed in is modified.
 
     >>> X = torch.tensor([[0.0, 1.0], [2.0, 3.0], [0.0, 1.0]])
@@ -81,18 +108,12 @@ def fold_repeats(X: Tensor, sample_weight: Tensor | None = None, *, min_saving: 
         return None
     gen = torch.Generator().manual_seed(0x5EED)  # fixed: the grouping never depends on a seed
     odd = (2 * torch.randint(0, 1 << 62, (X.shape[1],), generator=gen) + 1).to(X.device)
-    as_int = torch.int32 if X.dtype == torch.float32 else torch.int64
-    p = torch.empty(n, dtype=torch.int64, device=X.device)  # (n,) hashes, a chunk at a time
-    for s in range(0, n, step):
-        bits = (X[s:s + step] + 0.0).view(as_int).long()  # + 0.0: -0.0 becomes 0.0
-        p[s:s + step] = (_mix(bits) * odd).sum(dim=1)  # wraps around: the same for equal rows
-    order = torch.argsort(p, stable=True)  # (n,)
-    ps = p[order]
-    same = torch.zeros(n - 1, dtype=torch.bool, device=X.device)  # row order[t+1] == order[t]
-    tied = torch.nonzero(ps[1:] == ps[:-1]).squeeze(1)  # the only pairs that can be equal
-    for s in range(0, tied.numel(), step):
-        t = tied[s:s + step]
-        same[t] = (X[order[t + 1]] == X[order[t]]).all(dim=1)
+    size = min(n, max(SAMPLE_MIN, math.ceil(SAMPLE_FACTOR * math.sqrt(n))))
+    if size < n and min_saving > 0:  # a sample without one repeat: too few to be worth it
+        sample = torch.randperm(n, generator=gen)[:size].to(X.device)
+        if not bool(_equal_neighbours(X[sample], odd, step)[1].any()):
+            return None
+    order, same = _equal_neighbours(X, odd, step)
     m = n - int(same.sum())
     if n - m < min_saving * n:
         return None
