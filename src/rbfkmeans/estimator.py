@@ -37,7 +37,7 @@ from sklearn.base import (
 )
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+from sklearn.utils.validation import _check_sample_weight, validate_data
 from torch import Tensor
 
 from ._parameters import (
@@ -46,15 +46,12 @@ from ._parameters import (
     as_float32_if_half,
     torch_dtype,
 )
-from ._validation import check_temperature
 from .assignments import get_assignment
 from .comm import Comm
-from .distances import sq_distances
-from .layer import KMeansLayer
-from .mappings import hardmax
-from .metrics import check_nonzero_rows, cosine_similarity, get_metric
+from .inference import InferenceMixin, to_numpy
+from .metrics import check_nonzero_rows, get_metric
 from .online import OnlineFitMixin
-from .passes import Data, cluster_stats, nearest_labels
+from .passes import Data
 from .repeats import fold_repeats
 from .runs import fit_run, run_schedules
 from .schedules import (
@@ -69,7 +66,8 @@ __all__ = ["RBFKMeans"]
 
 
 class RBFKMeans(
-    OnlineFitMixin, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, BaseEstimator
+    InferenceMixin, OnlineFitMixin, ClassNamePrefixFeaturesOutMixin, ClusterMixin,
+    TransformerMixin, BaseEstimator,
 ):
     r"""k-means by annealing a soft (RBF) assignment into Lloyd's hard one.
 
@@ -380,10 +378,10 @@ class RBFKMeans(
         self._set_fitted(best, X, warn=comm.rank == 0)
         # MacQueen counts for a later partial_fit: the (weighted) size of each cluster
         counts = torch.as_tensor(np.bincount(
-            self.labels_, weights=None if w is None else _np(w).astype(np.float64),
+            self.labels_, weights=None if w is None else to_numpy(w).astype(np.float64),
             minlength=self.n_clusters).astype(np.float64))  # (k,)
         comm.sum_(counts)
-        self._online_counts: np.ndarray | None = _np(counts)
+        self._online_counts: np.ndarray | None = to_numpy(counts)
         return self
 
     def _n_init(self, comm: Comm) -> int:
@@ -408,8 +406,8 @@ class RBFKMeans(
         return fit_run(self, data, seed, abs_tol, lam, run, schedule)
 
     def _set_fitted(self, best: dict[str, Any], X: np.ndarray, warn: bool = True) -> None:
-        self.cluster_centers_ = _np(best["C"]).astype(X.dtype, copy=False)
-        self.labels_ = _np(best["labels"]).astype(np.int64)
+        self.cluster_centers_ = to_numpy(best["C"]).astype(X.dtype, copy=False)
+        self.labels_ = to_numpy(best["labels"]).astype(np.int64)
         self.inertia_ = float(best["inertia"])
         self.n_iter_ = int(best["n_iter"])
         self.n_swaps_ = int(best.get("n_swaps", 0))
@@ -434,18 +432,7 @@ class RBFKMeans(
         self.critical_temperature_ = float("nan")
         self.n_swaps_ = 0
 
-    # -- inference ----------------------------------------------------------------------------
-    def _centers_t(self) -> Tensor:
-        return torch.as_tensor(self.cluster_centers_).to(
-            device=self._torch_device(), dtype=self._dtype_
-        )
-
-    def predict(self, X: Any, sample_weight: Any = None) -> np.ndarray:
-        """Index of the nearest centroid of each row of ``X`` (ties to the lowest index)."""
-        check_is_fitted(self)
-        X = self._check_X(X, reset=False)
-        return _np(nearest_labels(self._data(self._to_torch(X)), self._centers_t()))
-
+    # -- fit and use at once -------------------------------------------------------------------
     def fit_predict(self, X: Any, y: Any = None, sample_weight: Any = None) -> np.ndarray:
         """Fit and return ``labels_`` (for a batch source: its rows' labels, in the order of a
         second pass over it, which needs a source that can be iterated again)."""
@@ -454,87 +441,11 @@ class RBFKMeans(
                              "iterator (pass a DataLoader, a list or an array)")
         return self.fit(X, sample_weight=sample_weight).labels_
 
-    def predict_proba(self, X: Any, temperature: float | None = None) -> np.ndarray:
-        """Memberships ``R = m(-D / 2T)`` (n, k) at ``temperature`` (default: the estimator's
-        ``temperature``, else the last temperature of the fit). Rows sum to one; entmax15 and
-        sparsemax rows are sparse (exact zeros). ``T = 0`` or ``assignment="hard"``: one-hot.
-        For cosine ``R = m(cos(x, c) / T)``."""
-        check_is_fitted(self)
-        X = self._check_X(X, reset=False)
-        T = self._proba_temperature(temperature)
-        data, C = self._data(self._to_torch(X)), self._centers_t()
-        entry = get_assignment(self.assignment)
-        out = np.empty((X.shape[0], self.n_clusters), dtype=X.dtype)
-        with torch.no_grad():
-            for s in data.chunks(self.n_clusters):
-                D = sq_distances(data.X[s], C)  # (b, k)
-                R = hardmax(-D, dim=1) if T == 0.0 or entry.hard \
-                    else entry.forward(D / (-2.0 * T), dim=1)
-                out[s] = _np(R)
-        return out
-
-    def _proba_temperature(self, temperature: float | None) -> float:
-        if temperature is not None:
-            return check_temperature(temperature)
-        if self.temperature is not None:
-            return check_temperature(self.temperature)
-        return self.temperature_
-
-    def transform(self, X: Any) -> np.ndarray:
-        """Euclidean distances (n, k) to the centroids (as ``sklearn.cluster.KMeans``); for
-        ``metric="cosine"`` the cosine distances ``1 - cos(x_i, c_j)``."""
-        check_is_fitted(self)
-        X = self._check_X(X, reset=False)
-        with torch.no_grad():
-            if get_metric(self.metric).spherical:
-                D = 1.0 - cosine_similarity(self._to_torch(X), self._centers_t())  # (n, k)
-                return _np(D).astype(X.dtype, copy=False)
-            D = sq_distances(self._to_torch(X), self._centers_t(), chunk_size=self.chunk_size)
-        return _np(D.sqrt_()).astype(X.dtype, copy=False)
-
     def fit_transform(self, X: Any, y: Any = None, sample_weight: Any = None) -> np.ndarray:
         return self.fit(X, sample_weight=sample_weight).transform(X)
-
-    def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
-        """Minus the (weighted) k-means objective ``J`` of ``X`` at the fitted centroids (for
-        cosine the spherical one, ``sum_i w_i (1 - max_j cos)``)."""
-        check_is_fitted(self)
-        X = self._check_X(X, reset=False)
-        w = self._weights(sample_weight, X)
-        st = cluster_stats(self._data(self._to_torch(X), w), self._centers_t(), 0.0, "hard")
-        return -st.inertia
-
-    @property
-    def _n_features_out(self) -> int:
-        """Output columns of :meth:`transform` (one distance per centroid)."""
-        return int(self.cluster_centers_.shape[0])
-
-    # -- export -------------------------------------------------------------------------------
-    def to_layer(
-        self, temperature: float | None = None, assignment: str | None = None
-    ) -> KMeansLayer:
-        """A :class:`KMeansLayer` holding the fitted centroids, at ``temperature`` (default as
-        :meth:`predict_proba`) with this estimator's mapping (or ``assignment``) and metric."""
-        check_is_fitted(self)
-        T = self._proba_temperature(temperature)
-        return KMeansLayer(
-            torch.as_tensor(self.cluster_centers_).to(self._dtype_),
-            temperature=T,
-            assignment=assignment or self.assignment,
-            metric=self.metric,
-        )
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = False
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
-
-
-# ---------------------------------------------------------------------------------------------
-# helpers
-# ---------------------------------------------------------------------------------------------
-
-
-def _np(t: Tensor) -> np.ndarray:
-    return t.detach().cpu().numpy()

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from ._parameters import is_int, torch_dtype
 from .comm import Comm
+from .inference import to_numpy
 from .passes import cluster_stats
 from .seeding import initial_centers
 from .streaming import MiniBatchKMeans, agree_on_batch, array_batches, batch_data, macqueen_updates
@@ -83,13 +84,13 @@ class OnlineFitMixin:
                 if getattr(self, "_online_counts", None) is not None \
                 else torch.zeros(self.n_clusters, dtype=Xt.dtype, device=Xt.device)
         C, counts = macqueen_updates(Xt, C, counts, T, self.assignment, w, metric=self.metric)
-        self.cluster_centers_ = _np(C).astype(X.dtype, copy=False)
-        self._online_counts = _np(counts)
+        self.cluster_centers_ = to_numpy(C).astype(X.dtype, copy=False)
+        self._online_counts = to_numpy(counts)
         self.n_iter_ += 1
         self.n_swaps_ = getattr(self, "n_swaps_", 0)
         st = cluster_stats(data, C, 0.0, "hard", return_labels=True)
         assert st.labels is not None
-        self.labels_ = _np(st.labels).astype(np.int64)
+        self.labels_ = to_numpy(st.labels).astype(np.int64)
         self.inertia_ = st.inertia
         return self
 
@@ -157,8 +158,8 @@ class OnlineFitMixin:
         fit.finish()
         if fit.C is None or fit.counts is None:
             raise ValueError("batches yielded no data")
-        self.cluster_centers_ = _np(fit.C)
-        self._online_counts = _np(fit.counts)
+        self.cluster_centers_ = to_numpy(fit.C)
+        self._online_counts = to_numpy(fit.counts)
         self.n_iter_ = fit.steps
         self.inertia_ = float(fit.inertia)
         self._set_online(T)
@@ -206,7 +207,3 @@ class OnlineFitMixin:
 def _row_blocks(n: int, size: int) -> Iterator[slice]:
     for start in range(0, n, size):
         yield slice(start, min(start + size, n))
-
-
-def _np(t: Tensor) -> np.ndarray:
-    return t.detach().cpu().numpy()

@@ -1,0 +1,114 @@
+r"""The inference half of :class:`~rbfkmeans.RBFKMeans`: what a fitted estimator computes.
+
+``predict`` is the hard rule ``argmin_j ||x - c_j||^2``; ``predict_proba`` the soft assignment
+of the layer, ``R = m(-D / 2T)`` with ``D_ij = ||x_i - c_j||^2`` and ``m`` the estimator's
+simplex mapping (``cos(x, c) / T`` for the cosine metric); ``transform`` the distances;
+``score`` minus ``J``; ``to_layer`` the :class:`~rbfkmeans.KMeansLayer` holding the centroids.
+The methods live in a mixin that the estimator inherits; they use its validation and
+conversion helpers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.utils.validation import check_is_fitted
+from torch import Tensor
+
+from ._validation import check_temperature
+from .assignments import get_assignment
+from .distances import sq_distances
+from .layer import KMeansLayer
+from .mappings import hardmax
+from .metrics import cosine_similarity, get_metric
+from .passes import cluster_stats, nearest_labels
+
+__all__ = ["InferenceMixin", "to_numpy"]
+
+
+def to_numpy(t: Tensor) -> np.ndarray:
+    """``t`` as a NumPy array on the CPU (detached; no copy for a CPU tensor)."""
+    return t.detach().cpu().numpy()
+
+
+class InferenceMixin:
+    """``predict``, ``predict_proba``, ``transform``, ``score`` and ``to_layer`` for
+    :class:`~rbfkmeans.RBFKMeans` (``self`` is the fitted estimator)."""
+
+    def _centers_t(self: Any) -> Tensor:
+        return torch.as_tensor(self.cluster_centers_).to(
+            device=self._torch_device(), dtype=self._dtype_
+        )
+
+    def predict(self: Any, X: Any, sample_weight: Any = None) -> np.ndarray:
+        """Index of the nearest centroid of each row of ``X`` (ties to the lowest index)."""
+        check_is_fitted(self)
+        X = self._check_X(X, reset=False)
+        return to_numpy(nearest_labels(self._data(self._to_torch(X)), self._centers_t()))
+
+    def predict_proba(self: Any, X: Any, temperature: float | None = None) -> np.ndarray:
+        """Memberships ``R = m(-D / 2T)`` (n, k) at ``temperature`` (default: the estimator's
+        ``temperature``, else the last temperature of the fit). Rows sum to one; entmax15 and
+        sparsemax rows are sparse (exact zeros). ``T = 0`` or ``assignment="hard"``: one-hot.
+        For cosine ``R = m(cos(x, c) / T)``."""
+        check_is_fitted(self)
+        X = self._check_X(X, reset=False)
+        T = self._proba_temperature(temperature)
+        data, C = self._data(self._to_torch(X)), self._centers_t()
+        entry = get_assignment(self.assignment)
+        out = np.empty((X.shape[0], self.n_clusters), dtype=X.dtype)
+        with torch.no_grad():
+            for s in data.chunks(self.n_clusters):
+                D = sq_distances(data.X[s], C)  # (b, k)
+                R = hardmax(-D, dim=1) if T == 0.0 or entry.hard \
+                    else entry.forward(D / (-2.0 * T), dim=1)
+                out[s] = to_numpy(R)
+        return out
+
+    def _proba_temperature(self: Any, temperature: float | None) -> float:
+        if temperature is not None:
+            return check_temperature(temperature)
+        if self.temperature is not None:
+            return check_temperature(self.temperature)
+        return self.temperature_
+
+    def transform(self: Any, X: Any) -> np.ndarray:
+        """Euclidean distances (n, k) to the centroids (as ``sklearn.cluster.KMeans``); for
+        ``metric="cosine"`` the cosine distances ``1 - cos(x_i, c_j)``."""
+        check_is_fitted(self)
+        X = self._check_X(X, reset=False)
+        with torch.no_grad():
+            if get_metric(self.metric).spherical:
+                D = 1.0 - cosine_similarity(self._to_torch(X), self._centers_t())  # (n, k)
+                return to_numpy(D).astype(X.dtype, copy=False)
+            D = sq_distances(self._to_torch(X), self._centers_t(), chunk_size=self.chunk_size)
+        return to_numpy(D.sqrt_()).astype(X.dtype, copy=False)
+
+    def score(self: Any, X: Any, y: Any = None, sample_weight: Any = None) -> float:
+        """Minus the (weighted) k-means objective ``J`` of ``X`` at the fitted centroids (for
+        cosine the spherical one, ``sum_i w_i (1 - max_j cos)``)."""
+        check_is_fitted(self)
+        X = self._check_X(X, reset=False)
+        w = self._weights(sample_weight, X)
+        st = cluster_stats(self._data(self._to_torch(X), w), self._centers_t(), 0.0, "hard")
+        return -st.inertia
+
+    @property
+    def _n_features_out(self: Any) -> int:
+        """Output columns of :meth:`transform` (one distance per centroid)."""
+        return int(self.cluster_centers_.shape[0])
+
+    def to_layer(self: Any, temperature: float | None = None, assignment: str | None = None
+    ) -> KMeansLayer:
+        """A :class:`KMeansLayer` holding the fitted centroids, at ``temperature`` (default as
+        :meth:`predict_proba`) with this estimator's mapping (or ``assignment``) and metric."""
+        check_is_fitted(self)
+        T = self._proba_temperature(temperature)
+        return KMeansLayer(
+            torch.as_tensor(self.cluster_centers_).to(self._dtype_),
+            temperature=T,
+            assignment=assignment or self.assignment,
+            metric=self.metric,
+        )
