@@ -12,8 +12,9 @@ rows. Data with many repeats are common: 20,000 pixels sampled from an 8-bit pho
 Rows are grouped exactly (equal in every feature, compared as floats: ``-0.0 == 0.0``), found by
 sorting an integer hash of the rows' bit patterns (each entry's bits scrambled, times a random
 odd multiplier per column, summed: exact in wrapping int64 arithmetic, so equal rows hash alike
-wherever they lie) and comparing the neighbours whose hashes are equal. Distinct rows of equal hash only cost compression: equal
-rows separated by them in that order stay apart, which changes nothing else.
+wherever they lie) and comparing the neighbours whose hashes are equal. Distinct rows of equal
+hash only cost compression: equal rows separated by them in that order stay apart, which
+changes nothing else.
 """
 
 from __future__ import annotations
