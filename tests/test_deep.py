@@ -263,6 +263,25 @@ def test_collapse_guard_rejects_bad_input() -> None:
         collapse_guard(layer, torch.zeros(5, 2), merge_tol=-1)
 
 
+def test_collapse_guard_counts_clusters_by_the_labels_it_is_given() -> None:
+    """Centroids that are all populated by nearest centroid, but a reported labelling (a vote)
+    that leaves cluster 2 empty: the guard re-seeds 2 when counting by that labelling only."""
+    from rbfkmeans.deep.guard import collapse_guard
+
+    X, _ = blobs(n_per=30, k=3, d=2, seed=3)
+    Z = torch.as_tensor(X)
+    C = torch.stack([Z[i * 30:(i + 1) * 30].mean(0) for i in range(3)])
+    voted = torch.repeat_interleave(torch.tensor([0, 1, 1]), 30)  # blob 2 voted into cluster 1
+    assert collapse_guard(KMeansLayer(C.clone(), temperature=0.1), Z) == []
+    layer = KMeansLayer(C.clone(), temperature=0.1)
+    assert collapse_guard(layer, Z, labels=voted) == [2]
+    counts = torch.bincount(layer.predict(Z), minlength=3)
+    assert int(counts.min()) >= 9  # the largest cluster by nearest centroid was split
+    for bad in (voted[:-1], voted.float(), voted + 2, voted - 1):
+        with pytest.raises(ValueError, match=r"labels must be \(90,\) integers in \[0, 3\)"):
+            collapse_guard(KMeansLayer(C.clone(), temperature=0.1), Z, labels=bad)
+
+
 def test_collapse_guard_separates_merged_centroids() -> None:
     X, _ = blobs(n_per=30, k=2, d=2, seed=4)
     Z = torch.as_tensor(X)
@@ -275,12 +294,18 @@ def test_collapse_guard_separates_merged_centroids() -> None:
     assert dc._collapse_guard(Z) == []  # a healthy clustering is left alone
 
 
-def test_fit_keeps_every_cluster_alive_under_a_collapsing_loss() -> None:
+@pytest.mark.parametrize(("T", "neighbor_labels"),
+                         [(0.03, True), (0.1, True), (0.3, True), (0.1, False)])
+def test_fit_keeps_every_cluster_alive_under_a_collapsing_loss(T: float,
+                                                              neighbor_labels: bool) -> None:
     """A huge soft k-means weight without reconstruction pulls embeddings together; the guard
-    keeps all k clusters populated."""
+    keeps all k clusters populated in the labels the fit reports (the neighbour vote, whose
+    argmax can leave out a cluster that still owns points by nearest centroid, or the nearest
+    centroid), at a cold and at softer temperatures."""
     X, _ = blobs(n_per=20, k=4, d=5, seed=5)
     dc = tiny(X, 4, kmeans_weight=100.0, recon_weight=0.0, self_training_weight=0.0, epochs=4,
-              lr=1e-2, min_cluster_fraction=0.2, contrastive_weight=0.0)
+              lr=1e-2, min_cluster_fraction=0.2, contrastive_weight=0.0, T_start=T, T_end=T,
+              neighbor_labels=neighbor_labels)
     dc.fit(X)
     counts = np.bincount(dc.labels_, minlength=4)
     guarded = sum(len(h["reseeded"]) for h in dc.history_)

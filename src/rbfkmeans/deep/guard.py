@@ -1,10 +1,12 @@
 """The collapse guard of joint training: re-seed clusters that emptied or merged.
 
-After each joint epoch a cluster holding fewer than ``min_cluster_fraction * n / k`` points, or a
-centroid whose squared distance to another is below ``merge_tol`` times the mean squared distance
-of the points to their centroid, is re-seeded by splitting the largest cluster in two along its
-principal axis: with ``m`` its mean, ``v`` its first principal direction and ``s^2`` the variance
-along it, the two centroids go to ``m + s v`` and ``m - s v``.
+After each joint epoch a cluster holding fewer than ``min_cluster_fraction * n / k`` points
+(counted by the labels the clusterer reports: the nearest centroid, or the neighbour vote when
+the caller passes its ``labels``), or a centroid whose squared distance to another is below
+``merge_tol`` times the mean squared distance of the points to their centroid, is re-seeded by
+splitting the largest cluster in two along its principal axis: with ``m`` its mean, ``v`` its
+first principal direction and ``s^2`` the variance along it, the two centroids go to ``m + s v``
+and ``m - s v``.
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ def collapse_guard(
     min_cluster_fraction: float = 0.1,
     merge_tol: float = 0.05,
     opt: torch.optim.Optimizer | None = None,
+    labels: Tensor | None = None,
 ) -> list[int]:
     """Re-seed the clusters of ``layer`` that are (nearly) empty or merged with another on the
-    embeddings ``Z`` (n, p) (module docstring), in place; returns their indices. Adam's moments
-    (``opt``, optional) of both rows of each split are reset."""
+    embeddings ``Z`` (n, p) (module docstring), in place; returns their indices. Clusters are
+    counted by ``labels`` (n,) when given (the labels the caller reports, e.g. a neighbour vote),
+    else by nearest centroid; the donor of each split is the largest cluster by nearest centroid.
+    Adam's moments (``opt``, optional) of both rows of each split are reset."""
     if not 0.0 <= min_cluster_fraction < 1.0:
         raise ValueError(f"min_cluster_fraction must be a number in [0, 1); got "
                          f"{min_cluster_fraction!r}")
@@ -41,12 +46,19 @@ def collapse_guard(
                          f"{tuple(Z.shape)}")
     n, k = Z.shape[0], C.shape[0]
     D = layer.distances(Z)  # (n, k)
-    labels = D.argmin(dim=1)
+    nearest = D.argmin(dim=1)
+    if labels is None:
+        labels = nearest
+    elif labels.shape != (n,) or labels.dtype not in (torch.int32, torch.int64) or (
+        n > 0 and not 0 <= int(labels.min()) <= int(labels.max()) < k
+    ):
+        raise ValueError(f"labels must be ({n},) integers in [0, {k}); got shape "
+                         f"{tuple(labels.shape)}, dtype {labels.dtype}")
     counts = torch.bincount(labels, minlength=k)
     min_size = max(1, math.ceil(min_cluster_fraction * n / k))
     flagged = [j for j in range(k) if int(counts[j]) < min_size]
     if merge_tol > 0:
-        spread = D.gather(1, labels[:, None]).mean()
+        spread = D.gather(1, nearest[:, None]).mean()
         Dc = torch.cdist(C, C).square()  # (k, k)
         for a in range(k):
             for b in range(a + 1, k):
@@ -55,11 +67,11 @@ def collapse_guard(
                 ):
                     flagged.append(b if counts[b] <= counts[a] else a)
     for j in flagged:
-        labels = layer.distances(Z).argmin(dim=1)
-        counts = torch.bincount(labels, minlength=k)
+        nearest = layer.distances(Z).argmin(dim=1)
+        counts = torch.bincount(nearest, minlength=k)
         counts[j] = -1
         donor = int(counts.argmax())
-        members = Z[labels == donor]  # (m, p)
+        members = Z[nearest == donor]  # (m, p)
         mean = members.mean(dim=0)
         if members.shape[0] > 1:
             centred = members - mean

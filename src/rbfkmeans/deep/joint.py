@@ -40,8 +40,8 @@ for any rows, is the layer's nearest centroid.
 The temperature cools geometrically from ``T_start`` to ``T_end`` across the joint epochs
 (:func:`rbfkmeans.schedules.geometric_schedule`; both in units of the first critical temperature
 ``T_c`` of the initial embedding under the mapping); after every epoch a collapse guard re-seeds
-any cluster that has become (nearly) empty or whose centroid has merged with another by splitting
-the largest cluster along its principal axis.
+any cluster that has become (nearly) empty in the labels ``fit`` reports, or whose centroid has
+merged with another, by splitting the largest cluster along its principal axis.
 """
 
 from __future__ import annotations
@@ -404,7 +404,7 @@ class DeepClusterer:
                 for key in sums:
                     sums[key] += float(terms[key].detach()) * idx.numel()
             Z = self._embed_all(Xt)
-            reseeded = self._collapse_guard(Z, opt)
+            reseeded = self._collapse_guard(Z, opt, self._reported_labels(Z, neighbors))
             new_labels = layer.predict(Z)
             changed = float((new_labels != labels).float().mean())
             labels = new_labels
@@ -414,18 +414,25 @@ class DeepClusterer:
             self.history_.append(record)
             bar.set_postfix(T=f"{layer.temperature:.3g}", loss=f"{record['total']:.4f}",
                             changed=f"{changed:.3f}")
-        if self.neighbor_labels and neighbors is not None:
-            with torch.no_grad():
-                R = layer(self._embed_all(Xt))
-            self.labels_ = neighbor_average(R, neighbors).argmax(dim=1).cpu().numpy()
-        else:
-            self.labels_ = self.predict(Xt)
+        self.labels_ = self._reported_labels(self._embed_all(Xt), neighbors).cpu().numpy()
         return self
 
+    @torch.no_grad()
+    def _reported_labels(self, Z: Tensor, neighbors: Tensor | None) -> Tensor:
+        """The labels ``fit`` reports for embeddings ``Z`` (n, p): the argmax of the memberships
+        averaged over the input-space ``neighbors`` (``neighbor_labels``), else the nearest
+        centroid."""
+        if self.neighbor_labels and neighbors is not None:
+            return neighbor_average(self.layer_(Z), neighbors).argmax(dim=1)
+        return self.layer_.predict(Z)
+
     # -- collapse guard -----------------------------------------------------------------------
-    def _collapse_guard(self, Z: Tensor, opt: torch.optim.Optimizer | None = None) -> list[int]:
-        """:func:`rbfkmeans.deep.guard.collapse_guard` with this clusterer's thresholds."""
-        return collapse_guard(self.layer_, Z, self.min_cluster_fraction, self.merge_tol, opt)
+    def _collapse_guard(self, Z: Tensor, opt: torch.optim.Optimizer | None = None,
+                        labels: Tensor | None = None) -> list[int]:
+        """:func:`rbfkmeans.deep.guard.collapse_guard` with this clusterer's thresholds, counting
+        clusters by ``labels`` (default: nearest centroid)."""
+        return collapse_guard(self.layer_, Z, self.min_cluster_fraction, self.merge_tol, opt,
+                              labels)
 
     # -- inference ----------------------------------------------------------------------------
     @torch.no_grad()
