@@ -31,6 +31,7 @@ from rbfkmeans.deep import (
     neighbor_contrastive_loss,
     self_training_targets,
 )
+from rbfkmeans.deep.experiment import run_ablation, run_deep_cluster
 
 MAPPINGS = ("softmax", "entmax15", "sparsemax")
 
@@ -488,6 +489,37 @@ def test_bad_inputs_raise() -> None:
         dc.predict(np.ones((5, 4)))
     with pytest.raises(ValueError, match="dataset must be one of"):
         load_dataset("mnist")
+
+
+@pytest.mark.parametrize(
+    ("seeds", "exc", "match"),
+    [
+        (0, ValueError, r"seeds must be an integer >= 1; got 0"),
+        (True, TypeError, r"seeds must be an integer or a list of integers; got True"),
+        ("3", TypeError, r"seeds must be an integer or a list of integers; got '3'"),
+        (2.0, TypeError, r"seeds must be an integer or a list of integers; got float 2\.0"),
+        ([], ValueError, r"seeds must name at least one seed"),
+        ([0, -1], ValueError, r"seeds\[1\] must be an integer >= 0; got -1"),
+        ([0, 1.5], TypeError, r"seeds\[1\] must be an integer; got float 1\.5"),
+    ],
+)
+def test_experiments_reject_bad_seeds_before_running(tmp_path, seeds, exc, match) -> None:  # type: ignore[no-untyped-def]
+    for run in (run_deep_cluster, run_ablation):
+        with pytest.raises(exc, match=match):
+            run("iris", seeds, tmp_path / "out", quick=True, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_seeds_name_a_range_or_themselves() -> None:
+    from rbfkmeans._validation import check_seeds
+
+    assert check_seeds(3) == [0, 1, 2]
+    assert check_seeds(np.int64(2)) == [0, 1]
+    assert check_seeds((10, 12)) == [10, 12]
+    assert check_seeds(np.array([4, 0])) == [4, 0]
+    given = [1, 2]
+    check_seeds(given)
+    assert given == [1, 2]
 
 
 # -- the command -------------------------------------------------------------------------------

@@ -55,6 +55,26 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
     return int(value)
 
 
+def check_seeds(seeds: Any, name: str = "seeds") -> list[int]:
+    """The seeds an experiment runs: an integer ``N >= 1`` names ``0 .. N-1``, a non-empty
+    sequence of integers ``>= 0`` names its own; else raise naming ``name`` and the value."""
+    if isinstance(seeds, bool | str | bytes):
+        raise TypeError(f"{name} must be an integer or a list of integers; got {seeds!r}")
+    try:
+        return list(range(check_positive_int(seeds, name)))
+    except TypeError:
+        pass
+    try:
+        values = list(seeds)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be an integer or a list of integers; got {type(seeds).__name__} {seeds!r}"
+        ) from None
+    if not values:
+        raise ValueError(f"{name} must name at least one seed; got an empty list")
+    return [check_positive_int(v, f"{name}[{i}]", minimum=0) for i, v in enumerate(values)]
+
+
 def check_matrix(t: Any, name: str, shape: str = "(n, d)") -> torch.Tensor:
     """Raise unless ``t`` is a 2-D tensor (no copy, no NaN scan); ``shape`` names its axes."""
     if not isinstance(t, torch.Tensor):

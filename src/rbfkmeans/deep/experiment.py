@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._validation import check_seeds
 from .datasets import load_dataset
 from .joint import DeepClusterer
 from .metrics import evaluate
@@ -131,19 +132,6 @@ def summarize(per_seed: Sequence[dict[str, float]]) -> dict[str, dict[str, float
     return out
 
 
-def _seeds(seeds: int | Sequence[int]) -> list[int]:
-    if isinstance(seeds, bool):
-        raise TypeError(f"seeds must be an integer or a list of integers; got {seeds!r}")
-    if isinstance(seeds, int | np.integer):
-        if seeds < 1:
-            raise ValueError(f"seeds must be >= 1; got {seeds!r}")
-        return list(range(int(seeds)))
-    out = [int(s) for s in seeds]
-    if not out:
-        raise ValueError("seeds must name at least one seed; got an empty list")
-    return out
-
-
 def _environment() -> dict[str, Any]:
     return {"torch": torch.__version__, "threads": torch.get_num_threads(),
             "python": platform.python_version(), "machine": platform.machine()}
@@ -166,7 +154,7 @@ def run_deep_cluster(
     from ..estimator import RBFKMeans
 
     cfg = default_config(quick, **overrides)
-    seed_list = _seeds(seeds)
+    seed_list = check_seeds(seeds)
     ds = load_dataset(dataset)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -239,7 +227,7 @@ def run_ablation(
 
     cfg = default_config(quick, **overrides)
     variants = ABLATIONS if variants is None else variants
-    seed_list = _seeds(seeds)
+    seed_list = check_seeds(seeds)
     ds = load_dataset(dataset)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .._validation import check_seeds
 from ..quantizer import VectorQuantizer, code_perplexity
 
 __all__ = [
@@ -232,19 +233,6 @@ def summarize(per_seed: Sequence[dict[str, float]]) -> dict[str, dict[str, float
     return out
 
 
-def _seeds(seeds: int | Sequence[int]) -> list[int]:
-    if isinstance(seeds, bool):
-        raise TypeError(f"seeds must be an integer or a list of integers; got {seeds!r}")
-    if isinstance(seeds, int | np.integer):
-        if seeds < 1:
-            raise ValueError(f"seeds must be an integer >= 1; got {seeds!r}")
-        return list(range(int(seeds)))
-    out = [int(s) for s in seeds]
-    if not out:
-        raise ValueError("seeds must name at least one seed; got an empty list")
-    return out
-
-
 def _targets(methods: dict[str, Any]) -> dict[str, Any]:
     """The run's verdict on the targets: ``rbfkmeans`` uses >= 95% of its codes on held-out
     digits (every seed), and its mean held-out MSE is at or below the peer's."""
@@ -278,7 +266,7 @@ def run_vq(
     if dataset != "digits":
         raise ValueError(f"dataset must be 'digits'; got {dataset!r}")
     cfg = default_config(quick, **overrides)
-    seed_list = _seeds(seeds)
+    seed_list = check_seeds(seeds)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     X_train, X_test = load_digits_split(cfg["test_size"])
