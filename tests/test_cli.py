@@ -5,7 +5,10 @@ The reference is the estimator itself, called directly on the same array with th
 
 from __future__ import annotations
 
+import csv
+import errno
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -61,6 +64,8 @@ def test_fit_csv(tmp_path: Path, capsys, header: str | None) -> None:
                   f"iterations={est.n_iter_}", f"swaps={est.n_swaps_}", "time=",
                   f"temperatures={est.temperatures_.size}"):
         assert field in out
+    expected = "header: a, b" if header else "no header"
+    assert out.splitlines()[0] == f"read {src}: 60 rows x 2 columns, {expected}"
     assert len(out.splitlines()) <= 4
 
 
@@ -73,10 +78,11 @@ def test_max_swaps_is_passed_on(tmp_path: Path, capsys) -> None:
     assert fits[10].n_swaps_ > 0
     assert fits[10].inertia_ < fits[0].inertia_
     for swaps, est in fits.items():
-        out = run_ok(["fit", str(src), "-k", "30", "--max-swaps", str(swaps)], capsys)
+        out = run_ok(["fit", str(src), "-k", "30", "--max-swaps", str(swaps), "--force"],
+                     capsys)
         assert f"inertia={est.inertia_:.6g}" in out
         assert f"swaps={est.n_swaps_}" in out
-    default = run_ok(["fit", str(src), "-k", "30"], capsys)  # the estimator's default
+    default = run_ok(["fit", str(src), "-k", "30", "--force"], capsys)  # the estimator's
     assert f"inertia={fits[30].inertia_:.6g}" in default
 
 
@@ -104,6 +110,7 @@ def test_fit_npy_writes_npy(tmp_path: Path, capsys, dtype: type) -> None:
     assert C.dtype == dtype
     np.testing.assert_array_equal(C, est.cluster_centers_)
     assert "assignment=softmax" in out
+    assert out.startswith(f"read {src}: 60 rows x 2 columns, {np.dtype(dtype)} array\n")
     assert not list(tmp_path.glob("*.csv"))
 
 
@@ -143,6 +150,14 @@ BAD_CSV = {
     "inf.csv": ("a,b\n1,2\n3,-inf\n", r"inf.csv: line 3, column 2: -inf is not finite"),
     "empty.csv": ("", r"empty.csv: no data rows"),
     "header_only.csv": ("a,b\n", r"header_only.csv: no data rows"),
+    "gap_first.csv": ("1,,3\n4,5,6\n", r"gap_first.csv: line 1, column 2: empty field"),
+    "gap_lead.csv": (",2,3\n4,5,6\n", r"gap_lead.csv: line 1, column 1: empty field"),
+    "gap_later.csv": ("a,b\n1,2\n3,\n", r"gap_later.csv: line 3, column 2: empty field"),
+    "commas_only.csv": ("1,2\n,\n3,4\n", r"commas_only.csv: line 2, column 1: empty field"),
+    "narrow_header.csv": ("a,b,c\n1,2\n", r"narrow_header.csv: line 1: the header has 3 names, "
+                          r"the rows 2 values"),
+    "multiline.csv": ('"a\nb",c\n1,2\n3,x\n', r"multiline.csv: line 4, column 2: 'x' is not a "
+                      r"number"),
 }
 
 
@@ -187,7 +202,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path, capsys, make, argv, mes
         path.mkdir()
     assert main(["fit", str(path), *argv]) == 2
     out, err = capsys.readouterr()
-    assert out == ""
+    assert out in ("", f"read {path}: 60 rows x 2 columns, no header\n")  # read, then refused
     assert err.count("\n") == 1
     assert err.startswith("rbfkmeans fit: error: ")
     assert message in err
@@ -215,3 +230,213 @@ def test_installed_console_script(tmp_path: Path) -> None:
     assert "n=60 d=2 k=3" in proc.stdout
     est = RBFKMeans(3, assignment="hard", random_state=0).fit(X)
     np.testing.assert_array_equal(read_csv(tmp_path / "pts_labels.csv")[1].ravel(), est.labels_)
+
+
+# -- outputs: names, existing files, atomic writes -----------------------------------------------
+
+
+def snapshot(folder: Path) -> dict[str, bytes | None]:
+    """Every path under ``folder`` (hidden ones too) with its bytes (``None`` for a folder)."""
+    return {str(p.relative_to(folder)): None if p.is_dir() else p.read_bytes()
+            for p in sorted(folder.rglob("*"))}
+
+
+def fails_with(argv: list[str], capsys, *parts: str) -> str:
+    """Run ``argv``, expect status 2 and one error line holding each of ``parts``; return stdout."""
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1
+    assert err.startswith("rbfkmeans fit: error: ")
+    for part in parts:
+        assert part in err
+    return out
+
+
+def test_outputs_named_from_the_full_stem(tmp_path: Path, capsys) -> None:
+    src = write_csv(tmp_path / "data.v2.csv", X, "a,b")
+    (tmp_path / "data.csv").write_bytes(b"the user's own file\n")
+    run_ok(["fit", str(src), "-k", "3"], capsys)
+    est = RBFKMeans(3, random_state=0).fit(X)
+    assert (tmp_path / "data.csv").read_bytes() == b"the user's own file\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "data.csv", "data.v2.csv", "data.v2_centers.csv", "data.v2_labels.csv",
+        "data.v2_memberships.csv"]
+    np.testing.assert_array_equal(read_csv(tmp_path / "data.v2_labels.csv")[1].ravel(),
+                                  est.labels_)
+    np.testing.assert_array_equal(read_csv(tmp_path / "data.v2_centers.csv")[1],
+                                  est.cluster_centers_)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    mode = stat.S_IMODE((tmp_path / "data.v2_centers.csv").stat().st_mode)
+    assert mode == 0o666 & ~mask  # as a plain open() would create it
+    np.save(tmp_path / "m.v1.npy", X)
+    run_ok(["fit", str(tmp_path / "m.v1.npy"), "-k", "3"], capsys)
+    np.testing.assert_array_equal(np.load(tmp_path / "m.v1_centers.npy"), est.cluster_centers_)
+    assert not (tmp_path / "m.npy").exists()
+
+
+def test_existing_outputs_need_force(tmp_path: Path, capsys) -> None:
+    src = write_csv(tmp_path / "pts.csv", X)
+    (tmp_path / "pts_centers.csv").write_bytes(b"precious\n")
+    (tmp_path / "pts_labels.csv").write_bytes(b"also precious\n")
+    before = snapshot(tmp_path)
+    out = fails_with(["fit", str(src), "-k", "3"], capsys,
+                     f"{tmp_path / 'pts_labels.csv'}, {tmp_path / 'pts_centers.csv'} already exist",
+                     "pass --force")
+    assert out == ""  # refused before the file was read, let alone fitted
+    assert snapshot(tmp_path) == before
+    run_ok(["fit", str(src), "-k", "3", "--force"], capsys)
+    est = RBFKMeans(3, random_state=0).fit(X)
+    np.testing.assert_array_equal(read_csv(tmp_path / "pts_centers.csv")[1], est.cluster_centers_)
+    np.testing.assert_array_equal(read_csv(tmp_path / "pts_labels.csv")[1].ravel(), est.labels_)
+    assert (tmp_path / "pts.csv").read_bytes() == before["pts.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [  # no temporaries or kept copies left
+        "pts.csv", "pts_centers.csv", "pts_labels.csv", "pts_memberships.csv"]
+
+
+def test_the_input_is_never_overwritten(tmp_path: Path, capsys) -> None:
+    src = write_csv(tmp_path / "pts.csv", X)
+    try:
+        (tmp_path / "pts_labels.csv").symlink_to(src)
+    except OSError:
+        pytest.skip("no symbolic links here")
+    before = snapshot(tmp_path)
+    fails_with(["fit", str(src), "-k", "3", "--force"], capsys,
+               f"{tmp_path / 'pts_labels.csv'}: is the input file, which is never overwritten")
+    assert snapshot(tmp_path) == before
+    assert (tmp_path / "pts_labels.csv").is_symlink()
+
+
+def test_a_folder_in_the_way_is_an_error_even_with_force(tmp_path: Path, capsys) -> None:
+    src = write_csv(tmp_path / "pts.csv", X)
+    (tmp_path / "pts_memberships.csv").mkdir()
+    before = snapshot(tmp_path)
+    out = fails_with(["fit", str(src), "-k", "3", "--force"], capsys,
+                     f"{tmp_path / 'pts_memberships.csv'}: is a folder")
+    assert out == ""
+    assert snapshot(tmp_path) == before
+
+
+def test_out_must_be_a_folder(tmp_path: Path, capsys) -> None:
+    src = write_csv(tmp_path / "pts.csv", X)
+    (tmp_path / "notes.txt").write_text("not a folder\n")
+    before = snapshot(tmp_path)
+    for out_arg in ("notes.txt", "notes.txt/res"):
+        out = fails_with(["fit", str(src), "-k", "3", "--out", str(tmp_path / out_arg)], capsys,
+                         f"{tmp_path / 'notes.txt'}: not a folder")
+        assert out == ""
+    assert snapshot(tmp_path) == before
+
+
+def fail_on_call(monkeypatch, owner: object, name: str, when: int) -> None:
+    """Make ``owner.name`` raise ENOSPC on its ``when``-th call, and work as before otherwise."""
+    original = getattr(owner, name)
+    calls = []
+
+    def failing(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == when:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, failing)
+
+
+@pytest.mark.parametrize("where", ["write", "move", "move-force", "new-folder"])
+def test_a_failed_write_leaves_the_folder_as_it_was(tmp_path: Path, capsys, monkeypatch,
+                                                     where: str) -> None:
+    src = tmp_path / "pts.npy"
+    np.save(src, X)
+    argv = ["fit", str(src), "-k", "3"]
+    if where == "move-force":
+        for what in ("labels", "memberships", "centers"):
+            (tmp_path / f"pts_{what}.npy").write_bytes(f"old {what}".encode())
+        argv.append("--force")
+    if where == "new-folder":
+        argv += ["--out", str(tmp_path / "a" / "b")]
+    before = snapshot(tmp_path)
+    if where in ("write", "new-folder"):
+        fail_on_call(monkeypatch, np, "save", 3)  # the centres, after labels and memberships
+    else:
+        fail_on_call(monkeypatch, os, "replace", 3)  # two outputs are already in place
+    out = fails_with(argv, capsys, "_centers.npy: cannot write", os.strerror(errno.ENOSPC))
+    assert out.startswith(f"read {src}: 60 rows x 2 columns")
+    assert snapshot(tmp_path) == before  # with --force too: the replaced files are put back
+
+
+def test_an_output_made_during_the_fit_is_not_overwritten(tmp_path: Path, capsys,
+                                                          monkeypatch) -> None:
+    src = write_csv(tmp_path / "pts.csv", X)
+    original = RBFKMeans.fit
+
+    def fit_then_save(self: RBFKMeans, *args: object, **kwargs: object) -> RBFKMeans:
+        (tmp_path / "pts_memberships.csv").write_bytes(b"saved meanwhile\n")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(RBFKMeans, "fit", fit_then_save)
+    fails_with(["fit", str(src), "-k", "3"], capsys,
+               f"{tmp_path / 'pts_memberships.csv'} already exists; pass --force")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pts.csv", "pts_memberships.csv"]
+    assert (tmp_path / "pts_memberships.csv").read_bytes() == b"saved meanwhile\n"
+
+
+# -- CSV reading and writing ----------------------------------------------------------------------
+
+
+def test_header_detection(tmp_path: Path) -> None:
+    (tmp_path / "h.csv").write_text(",a,b\n0,1.5,2\n1,3,4\n")  # an unnamed index column
+    A, header = read_matrix(tmp_path / "h.csv")
+    assert header == ["", "a", "b"]
+    np.testing.assert_array_equal(A, [[0, 1.5, 2], [1, 3, 4]])
+    (tmp_path / "n.csv").write_text("  \n# note\n1e3,-2\n 3 ,4\n")  # numbers only: no header
+    A, header = read_matrix(tmp_path / "n.csv")
+    assert header is None
+    np.testing.assert_array_equal(A, [[1000, -2], [3, 4]])
+    (tmp_path / "m.csv").write_text("id,1\n5,6\n")  # one word makes a header
+    assert read_matrix(tmp_path / "m.csv")[1] == ["id", "1"]
+
+
+def test_quoted_header_round_trips(tmp_path: Path, capsys) -> None:
+    header = ["a,b", "c", 'say "hi"']
+    pts = np.column_stack([X, X[:, 0] * 0.1])
+    with (tmp_path / "q.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(pts.tolist())
+    out = run_ok(["fit", str(tmp_path / "q.csv"), "-k", "3"], capsys)
+    assert out.splitlines()[0] == (f"read {tmp_path / 'q.csv'}: 60 rows x 3 columns, "
+                                   'header: "a,b", c, "say "hi""')
+    est = RBFKMeans(3, random_state=0).fit(pts)
+    with (tmp_path / "q_centers.csv").open(newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == header
+    assert [[float(v) for v in r] for r in rows[1:]] == est.cluster_centers_.tolist()
+    with (tmp_path / "q_labels.csv").open(newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["label"]
+    assert [r[0] for r in rows[1:]] == [str(int(v)) for v in est.labels_]
+    with (tmp_path / "q_memberships.csv").open(newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["cluster_0", "cluster_1", "cluster_2"]
+    assert [[float(v) for v in r] for r in rows[1:]] == est.predict_proba(pts).tolist()
+
+
+@pytest.mark.parametrize("value", ["", "ab", '"', "\n", ".", "-", "5", "e"])
+def test_bad_delimiter_exits_2(tmp_path: Path, capsys, value: str) -> None:
+    src = write_csv(tmp_path / "pts.csv", X)
+    out = fails_with(["fit", str(src), "-k", "3", "--delimiter", value], capsys,
+                     "--delimiter must be one character", f"got {value!r}")
+    assert out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pts.csv"]
+
+
+@pytest.mark.parametrize(("value", "sep"), [("tab", "\t"), ("\\t", "\t"), (";", ";"),
+                                            (" ", " ")])
+def test_delimiters(tmp_path: Path, capsys, value: str, sep: str) -> None:
+    src = tmp_path / "pts.txt"
+    np.savetxt(src, X, delimiter=sep, fmt="%.17g", header=sep.join(["u", "v"]), comments="")
+    run_ok(["fit", str(src), "-k", "3", "--delimiter", value], capsys)
+    est = RBFKMeans(3, random_state=0).fit(X)
+    names, C = read_csv(tmp_path / "pts_centers.csv")
+    assert names == ["u", "v"]
+    np.testing.assert_array_equal(C, est.cluster_centers_)
