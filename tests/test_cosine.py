@@ -482,6 +482,6 @@ def test_cli_fit_cosine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert f"inertia={est.inertia_:.6g}" in out
     X[5] = 0.0
     np.save(src, X)
-    assert main(["fit", str(src), "-k", "4", "--metric", "cosine"]) == 2
+    assert main(["fit", str(src), "-k", "4", "--metric", "cosine", "--force"]) == 2
     _, err = capsys.readouterr()
     assert "rbfkmeans fit: error: X has a zero row (row 5; 1 in all)" in err

@@ -88,10 +88,10 @@ def test_default_chunking_path(monkeypatch: pytest.MonkeyPatch) -> None:
     torch.testing.assert_close(chunked, full, rtol=1e-12, atol=1e-12)
 
 
-def test_precomputed_norms() -> None:
+def test_chunked_equals_whole() -> None:
     X, C = random_problem(1, 20, 4, 3, torch.float64)
     D = sq_distances(X, C)
-    D2 = sq_distances(X, C, X_sq=(X * X).sum(1), C_sq=(C * C).sum(1), chunk_size=6)
+    D2 = sq_distances(X, C, chunk_size=6)
     torch.testing.assert_close(D2, D, rtol=1e-12, atol=1e-12)
 
 
@@ -125,16 +125,41 @@ def test_coinciding_points_are_zero_up_to_rounding(dtype: torch.dtype) -> None:
     assert sq_distances(x, torch.cat([x, x + 1])).tolist() == [[0.0, 2.0]]
 
 
-def test_clamp_is_needed_and_applied() -> None:
-    """Find coinciding points whose unclamped expansion is negative; the result is 0 there."""
+def test_clamp_is_applied_and_the_expansion_is_taken_about_the_centroids() -> None:
+    """Points far from the origin: the plain expansion about 0 cancels to garbage (negative
+    entries, errors of the size of eps ||x||^2); the expansion about the centroids' mean is
+    non-negative and accurate to eps times the spread, against a float64 direct difference."""
     g = torch.Generator().manual_seed(7)
-    C = torch.randn(200, 16, generator=g) * 100 + 300  # float32, large norms: big cancellation
-    # the same expansion without the clamp, from the module's own pieces
-    raw = dist_mod.cross_term(C, C) + dist_mod.row_norms_sq(C)[:, None]  # (k, k)
-    assert (raw.diagonal() < 0).any(), "test data should exercise the clamp"
+    C = torch.randn(200, 16, generator=g) * 100 + 3000  # float32, far from 0: big cancellation
+    raw = dist_mod.cross_term(C, C) + dist_mod.row_norms_sq(C)[:, None]  # (k, k) about 0
+    assert (raw.diagonal() < 0).any(), "test data should exercise the cancellation"
     D = sq_distances(C, C)
     assert (D >= 0).all()
-    torch.testing.assert_close(D, raw.clamp(min=0), rtol=0, atol=0)
+    ref = torch.from_numpy(direct_sq_distances(C.double().numpy(), C.double().numpy()))
+    eps = torch.finfo(torch.float32).eps
+    spread = float(((C.double() - C.double().mean(0)) ** 2).sum(1).max())
+    err_ours = float((D.double() - ref).abs().max())
+    err_raw = float((raw.double() - ref).abs().max())
+    assert err_ours <= 8 * eps * spread
+    assert err_raw > 10 * err_ours
+
+
+@pytest.mark.parametrize(("dtype", "offset"), [
+    (torch.float32, 2e3), (torch.float32, 1e4),  # float32 holds the points to ~1e-3 there
+    (torch.float64, 2e3), (torch.float64, 1e4), (torch.float64, 1e8),
+])
+def test_distances_do_not_depend_on_the_offset(dtype: torch.dtype, offset: float) -> None:
+    """Translating points and centroids together leaves the distances as they were (to eps times
+    the spread), however far from the origin."""
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(300, 5, generator=g, dtype=torch.float64) * 0.5
+    C = torch.randn(7, 5, generator=g, dtype=torch.float64) * 0.5
+    Xs, Cs = (X + offset).to(dtype), (C + offset).to(dtype)
+    ref = torch.from_numpy(direct_sq_distances(Xs.double().numpy(), Cs.double().numpy()))
+    D = sq_distances(Xs, Cs)
+    eps = torch.finfo(dtype).eps
+    assert float((D.double() - ref).abs().max()) <= 64 * eps * 10.0  # spread ~ 10 here
+    assert torch.equal(D.argmin(1), ref.argmin(1))
 
 
 @settings(max_examples=40, deadline=None)
@@ -182,11 +207,9 @@ def test_mixed_dtypes_promote() -> None:
 def test_inputs_not_modified() -> None:
     X, C = random_problem(6, 9, 4, 3, torch.float32)
     X0, C0 = X.clone(), C.clone()
-    X_sq, C_sq = (X * X).sum(1), (C * C).sum(1)
-    X_sq0, C_sq0 = X_sq.clone(), C_sq.clone()
-    sq_distances(X, C, X_sq=X_sq, C_sq=C_sq, chunk_size=4)
+    sq_distances(X, C, chunk_size=4)
     sq_distances(X, C)
-    for a, b in [(X, X0), (C, C0), (X_sq, X_sq0), (C_sq, C_sq0)]:
+    for a, b in [(X, X0), (C, C0)]:
         assert torch.equal(a, b)
 
 

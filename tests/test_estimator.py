@@ -450,12 +450,17 @@ def test_bad_X(X: np.ndarray, match: str) -> None:
         (-np.ones(90), r"sample_weight must be >= 0; got .*-1\.0.* at index 0"),
         (np.r_[np.ones(89), np.nan], r"sample_weight must be finite; got .*nan.* at index 89"),
         (np.r_[np.ones(89), np.inf], r"sample_weight must be finite; got .*inf.* at index 89"),
-        (np.ones(5), r"sample_weight.shape == \(5,\), expected \(90,\)"),
+        (np.ones(5), r"sample_weight must be a scalar or have shape \(90,\) to match X; got "
+                     r"shape \(5,\)"),
+        (np.nan, r"sample_weight must be finite; got nan at index 0"),
+        (-2.0, r"sample_weight must be >= 0; got -2\.0 at index 0"),
+        (np.ones((90, 1)), r"sample_weight must be a scalar or have shape \(90,\)"),
     ],
 )
-def test_bad_sample_weight(sw: np.ndarray, match: str) -> None:
+def test_bad_sample_weight(sw: Any, match: str) -> None:
     for call in (lambda: RBFKMeans(4).fit(X0, sample_weight=sw),
-                 lambda: RBFKMeans(4).partial_fit(X0, sample_weight=sw)):
+                 lambda: RBFKMeans(4).partial_fit(X0, sample_weight=sw),
+                 lambda: RBFKMeans(4).fit_batches(X0, sample_weight=sw)):
         with pytest.raises(ValueError, match=match):
             call()
     fitted = RBFKMeans(4, assignment="hard", random_state=0).fit(X0)
@@ -695,8 +700,8 @@ def test_small_default_fit_keeps_the_better_of_both_ladders(
     runs: list[tuple[str, float]] = []
     original = RBFKMeans._fit_one
 
-    def spy(self: RBFKMeans, *args: Any) -> dict[str, Any]:
-        out = original(self, *args)
+    def spy(self: RBFKMeans, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        out = original(self, *args, **kwargs)
         runs.append((args[-1], out["inertia"]))
         return out
 
@@ -720,8 +725,8 @@ def test_small_fit_pairs_ladders_only_by_default(kwargs: dict[str, Any],
     X, _ = make_blobs(n_samples=120, centers=3, random_state=0)
     schedules: list[str] = []
     original = RBFKMeans._fit_one
-    monkeypatch.setattr(RBFKMeans, "_fit_one", lambda self, *a: (schedules.append(a[-1]),
-                                                                  original(self, *a))[1])
+    monkeypatch.setattr(RBFKMeans, "_fit_one", lambda self, *a, **kw: (
+        schedules.append(a[-1]), original(self, *a, **kw))[1])
     RBFKMeans(3, random_state=0, **kwargs).fit(X)
     assert len(schedules) == 1
 
@@ -731,8 +736,8 @@ def test_larger_default_fit_runs_one_ladder(monkeypatch: pytest.MonkeyPatch) -> 
     assert X.shape[0] * 4 > runs_mod.SMALL_FIT_ENTRIES
     schedules: list[str] = []
     original = RBFKMeans._fit_one
-    monkeypatch.setattr(RBFKMeans, "_fit_one", lambda self, *a: (schedules.append(a[-1]),
-                                                                  original(self, *a))[1])
+    monkeypatch.setattr(RBFKMeans, "_fit_one", lambda self, *a, **kw: (
+        schedules.append(a[-1]), original(self, *a, **kw))[1])
     default = RBFKMeans(4, random_state=0).fit(X)
     single = RBFKMeans(4, n_init=1, random_state=0).fit(X)
     assert schedules == ["splits", "splits"]

@@ -49,9 +49,11 @@ def test_group_memberships_equal_the_copies(name: str, seed: int, g: int, scale:
 
 def test_group_memberships_errors() -> None:
     Z = torch.zeros(3, 2)
-    with pytest.raises(ValueError, match=r"multiplicities must be a tensor of shape \(2,\)"):
+    with pytest.raises(ValueError,
+                       match=r"m \(the multiplicities\) must be a tensor of shape \(2,\)"):
         group_memberships(Z, torch.tensor([1, 1, 1]), "softmax")
-    with pytest.raises(ValueError, match=r"multiplicities must be integers >= 1; got \[0, 2\]"):
+    with pytest.raises(ValueError,
+                       match=r"m \(the multiplicities\) must be integers >= 1; got \[0, 2\]"):
         group_memberships(Z, torch.tensor([0, 2]), "softmax")
     with pytest.raises(ValueError, match=r"assignment must be one of .*; got 'soft'"):
         group_memberships(Z, torch.tensor([1, 1]), "soft")

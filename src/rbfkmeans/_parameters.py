@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,8 @@ from .comm import Comm
 from .metrics import METRICS
 
 __all__ = [
-    "PARAMETERS", "agree_on_shards", "as_float32_if_half", "is_int", "is_real", "torch_dtype",
+    "PARAMETERS", "agree_on_shards", "as_float32_if_half", "check_sample_weight",
+    "device_available", "is_int", "is_real", "restored_on_failure", "torch_dtype",
 ]
 
 
@@ -76,11 +78,12 @@ PARAMETERS: dict[str, tuple[str, Callable[[Any], bool]]] = {
                   lambda v: v is None or callable(v)),
     "chunk_size": ("None or an integer >= 1", lambda v: v is None or (is_int(v) and v >= 1)),
     "random_state": (
-        "None, an integer or a numpy RandomState",
-        lambda v: v is None or is_int(v) or isinstance(v, np.random.RandomState),
+        "None, an integer in [0, 2**32 - 1] or a numpy RandomState",
+        lambda v: v is None or (is_int(v) and 0 <= v < 2**32)
+        or isinstance(v, np.random.RandomState),
     ),
-    "device": ("None, a string or a torch.device",
-               lambda v: v is None or isinstance(v, str | torch.device)),
+    "device": ("None, or a torch device this machine has ('cpu', 'cuda', 'cuda:0', ...)",
+               lambda v: v is None or device_available(v)),
     "dtype": (
         "None, 'float32', 'float64' or the torch/numpy float32/float64 dtype",
         lambda v: v is None or torch_dtype(v) is not None,
@@ -89,6 +92,23 @@ PARAMETERS: dict[str, tuple[str, Callable[[Any], bool]]] = {
         "a bool or an integer >= 0", lambda v: isinstance(v, bool) or (is_int(v) and v >= 0)
     ),
 }
+
+
+def device_available(v: Any) -> bool:
+    """Whether ``v`` names a torch device (a string or ``torch.device``) that this process can
+    use: ``"cuda"`` only with CUDA available, ``"mps"`` only with MPS."""
+    if not isinstance(v, str | torch.device):
+        return False
+    try:
+        dev = torch.device(v)
+    except (RuntimeError, ValueError):
+        return False
+    if dev.type == "cuda":
+        return torch.cuda.is_available() and (dev.index is None
+                                              or dev.index < torch.cuda.device_count())
+    if dev.type == "mps":
+        return bool(torch.backends.mps.is_available())
+    return dev.type in ("cpu", "meta") or hasattr(torch, dev.type)
 
 
 def torch_dtype(v: Any) -> torch.dtype | None:
@@ -140,3 +160,45 @@ def agree_on_shards(comm: Comm, error: Exception | None, X: Any) -> int:
             f"X must have the same number of features on every rank; got {widths} (by rank)"
         )
     return int(table[:, 1].sum())
+
+
+def check_sample_weight(sample_weight: Any, n: int, dtype: Any = np.float64) -> np.ndarray:
+    """``sample_weight`` as an array (n,) of ``dtype``: a scalar is every row's weight; each entry
+    must be a finite real number ``>= 0``; else raise naming ``sample_weight``, the rule, the value
+    and its index. The caller's array is never returned (a copy)."""
+    sw = np.asarray(sample_weight)
+    if sw.dtype == np.bool_ or not (np.issubdtype(sw.dtype, np.integer)
+                                     or np.issubdtype(sw.dtype, np.floating)):
+        raise TypeError(f"sample_weight must be real numbers; got {sw.dtype} "
+                        f"{sample_weight!r}"[:200])
+    if sw.ndim == 0:
+        sw = np.full(n, sw.item())
+    if sw.shape != (n,):
+        raise ValueError(f"sample_weight must be a scalar or have shape ({n},) to match X; got "
+                         f"shape {sw.shape}")
+    values = sw.astype(np.float64)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"sample_weight must be finite; got {sw[i].item()!r} at index {i}")
+    if (values < 0).any():
+        i = int(np.flatnonzero(values < 0)[0])
+        raise ValueError(f"sample_weight must be >= 0; got {sw[i].item()!r} at index {i}")
+    if n and not values.any():
+        raise ValueError("sample_weight must contain at least one non-zero weight; got all zero")
+    return np.array(values, dtype=dtype)
+
+
+@contextmanager
+def restored_on_failure(est: Any) -> Iterator[None]:
+    """Around a call that changes an estimator (``fit``, ``partial_fit``, ``fit_batches``): if
+    it raises anything (bad input, ``KeyboardInterrupt``), every attribute is put back as it
+    was before the call, so a fitted model stays usable exactly as it was. The attributes are
+    replaced, never modified in place, by those calls, so a shallow snapshot suffices."""
+    state = dict(est.__dict__)
+    try:
+        yield
+    except BaseException:
+        est.__dict__.clear()
+        est.__dict__.update(state)
+        raise

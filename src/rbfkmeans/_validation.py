@@ -75,21 +75,73 @@ def check_seeds(seeds: Any, name: str = "seeds") -> list[int]:
     return [check_positive_int(v, f"{name}[{i}]", minimum=0) for i, v in enumerate(values)]
 
 
-def check_matrix(t: Any, name: str, shape: str = "(n, d)") -> torch.Tensor:
-    """Raise unless ``t`` is a 2-D tensor (no copy, no NaN scan); ``shape`` names its axes."""
+def check_tensor(t: Any, name: str) -> torch.Tensor:
+    """Raise unless ``t`` is a real (not complex) tensor; no copy, no NaN scan."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    if t.is_complex():
+        raise TypeError(f"{name} must be real; got {t.dtype}")
+    return t
+
+
+def check_matrix(t: Any, name: str, shape: str = "(n, d)") -> torch.Tensor:
+    """Raise unless ``t`` is a real 2-D tensor (no copy, no NaN scan); ``shape`` names its
+    axes."""
+    check_tensor(t, name)
     if t.dim() != 2:
         raise ValueError(f"{name} must be a 2-D tensor {shape}; got shape {tuple(t.shape)}")
     return t
 
 
+def check_vector(t: Any, name: str, size: int) -> torch.Tensor:
+    """Raise unless ``t`` is a real tensor of shape ``(size,)``."""
+    check_tensor(t, name)
+    if tuple(t.shape) != (size,):
+        raise ValueError(f"{name} must have shape ({size},); got {tuple(t.shape)}")
+    return t
+
+
+def check_real(value: Any, name: str, *, minimum: float | None = None,
+               positive: bool = False) -> float:
+    """Return ``value`` as a float if it is a finite real number (``>= minimum``, ``> 0`` with
+    ``positive``), else raise naming ``name`` and the value."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or (minimum is not None and v < minimum) or (positive and v <= 0):
+        rule = "> 0" if positive else (f">= {minimum:g}" if minimum is not None else "")
+        raise ValueError(f"{name} must be a finite number {rule}; got {value!r}".replace("  ", " "))
+    return v
+
+
+#: entries examined at once by the exact scan of :func:`check_finite`
+_FINITE_BLOCK = 1 << 20
+
+
 def check_finite(t: torch.Tensor, name: str) -> torch.Tensor:
-    """Raise ``ValueError`` if ``t`` holds NaN or inf (one reduction; synchronises on a GPU)."""
-    bad = ~torch.isfinite(t)
-    if bool(bad.any()):
-        count = int(bad.sum())
-        first = t[bad].flatten()[0].item()
+    """Raise ``ValueError`` if ``t`` holds NaN or inf, saying how many and one of them.
+
+    One float64 sum (no temporary the size of ``t``; synchronises on a GPU): NaN and inf
+    propagate into it, and a sum of finite float32 entries cannot overflow float64, so a finite
+    sum clears the tensor. Only a non-finite sum (or float64 entries near the overflow
+    threshold) takes the exact scan, block by block."""
+    if not (t.is_floating_point() or t.is_complex()) or t.numel() == 0:
+        return t
+    total = t.sum(dtype=torch.complex128 if t.is_complex() else torch.float64)
+    if bool(torch.isfinite(total)):
+        return t
+    flat = t.reshape(-1)
+    count, first = 0, None
+    for start in range(0, flat.numel(), _FINITE_BLOCK):
+        block = flat[start : start + _FINITE_BLOCK]
+        bad = ~torch.isfinite(block)
+        n_bad = int(bad.sum())
+        if n_bad and first is None:
+            first = block[bad][0].item()
+        count += n_bad
+    if count:
         raise ValueError(f"{name} must be finite; got {count} NaN/inf entries (e.g. {first})")
     return t
 

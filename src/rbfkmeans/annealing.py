@@ -26,7 +26,7 @@ from torch import Tensor
 from ._validation import check_nonnegative, check_positive_int, check_temperature
 from .assignments import Assignment, get_assignment
 from .lloyd import mean_update
-from .passes import Data, Stats, cluster_stats, nearest
+from .passes import Data, Stats, check_data, cluster_stats, nearest
 
 __all__ = [
     "AnnealResult",
@@ -86,8 +86,8 @@ def soft_lloyd(
     the centroids, the iterations run and the statistics (objectives included) at the returned
     centroids.
     """
-    T = check_temperature(T)
-    C = data.check_centroids(C0, "C0").clone()
+    T = check_temperature(T, "T")
+    C = check_data(data).check_centroids(C0, "C0").clone()
     step = SoftLloydStep(assignment, max_iter=max_iter, tol=tol)
     C, it = step(data, C, T)
     return C, it, cluster_stats(data, C, T, step.assignment)
@@ -138,6 +138,7 @@ def anneal(
     gap ``(J - F_T) / J`` is at most ``stop_gap`` (``stop_when_hard``). Autograd stays enabled
     for the step (the gradient solver needs it); the driver itself records no graph.
     """
+    check_data(data)
     entry = get_assignment(assignment)
     if entry.hard:
         raise ValueError("anneal needs a soft assignment (softmax, entmax15, sparsemax); "
@@ -213,8 +214,8 @@ def rebalance_duplicates(
     ``1e-3 sqrt(T)``, so it splits from ``c_H`` as soon as ``T`` is below that cluster's
     critical temperature. Returns new centroids (the input is not modified).
     """
-    T = check_temperature(T)
-    C = data.check_centroids(C)
+    T = check_temperature(T, "T")
+    C = check_data(data).check_centroids(C)
     rep = _groups(C, _check_tol(merge_tol, "merge_tol") * T)
     reps = sorted(set(rep))
     if len(reps) == C.shape[0]:

@@ -8,8 +8,10 @@ r"""Squared Euclidean distances between points and centroids.
 
 with ``X`` (n, d) the data, ``C`` (k, d) the centroids. The expansion costs one matrix product;
 the clamp removes the small negative values that cancellation leaves when ``x_i`` coincides with
-``c_j``. Large ``n`` is processed in row chunks so that no more than ``chunk_size x k`` distances
-exist at once.
+``c_j``. Its rounding error is ``eps`` times the squared norms, not the distance:
+:func:`sq_distances` takes it about the centroids' mean, and the fit engine works on data it has
+centred (:mod:`rbfkmeans.frame`). Large ``n`` is processed in row chunks so that no more than
+``chunk_size x k`` distances exist at once.
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ from collections.abc import Iterator
 
 import torch
 
-from ._validation import check_matrix, check_positive_int, compute_dtype
+from ._validation import (
+    check_matrix,
+    check_positive_int,
+    check_temperature,
+    check_tensor,
+    compute_dtype,
+)
 
 #: Default number of distance entries (rows x k) held at once by chunked computations: 4 MiB in
 #: float32, small enough to stay in cache between the matrix product and the mapping.
@@ -56,29 +64,26 @@ def cross_term(
     return torch.addmm(C_sq.unsqueeze(0), X, C.T, beta=1.0, alpha=-2.0)  # (n, k)
 
 
-def _sq_distances(
-    X: torch.Tensor,
-    C: torch.Tensor,
-    X_sq: torch.Tensor | None = None,
-    C_sq: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Unchecked, unchunked kernel of :func:`sq_distances`."""
-    if X_sq is None:
-        X_sq = row_norms_sq(X)
-    D = cross_term(X, C, C_sq)  # (n, k)
-    D.add_(X_sq.unsqueeze(1))
-    return D.clamp_(min=0)
-
-
 def sq_distances(
     X: torch.Tensor,
     C: torch.Tensor,
     *,
-    X_sq: torch.Tensor | None = None,
-    C_sq: torch.Tensor | None = None,
     chunk_size: int | None = None,
 ) -> torch.Tensor:
-    r"""Squared distances ``d_ij = ||x_i - c_j||^2`` (n, k), via the one-matmul expansion.
+    r"""Squared distances ``d_ij = ||x_i - c_j||^2`` (n, k), via the one-matmul expansion taken
+    about the centroids' mean.
+
+    With ``r`` the mean of the rows of ``C`` (a constant: detached),
+
+    .. math::
+
+        d_{ij} = \lVert x_i - r \rVert^2 - 2 (x_i - r) \cdot (c_j - r) + \lVert c_j - r \rVert^2,
+
+    the same number in exact arithmetic, but its rounding error is ``eps`` times
+    ``||x_i - r||^2 + ||c_j - r||^2`` rather than ``||x_i||^2 + ||c_j||^2``: accurate relative
+    to the spread of the data around the centroids, whatever their distance from the origin
+    (float32 data shifted by ``1e4`` would otherwise lose every digit). The gradients are those
+    of ``||x_i - c_j||^2`` (``r`` cancels). Clamped at 0.
 
     Parameters
     ----------
@@ -87,8 +92,6 @@ def sq_distances(
     C : Tensor (k, d)
         Centroids, same device as ``X``. The two are promoted to a common dtype; float16,
         bfloat16 and integers are computed (and returned) in float32.
-    X_sq, C_sq : Tensor (n,) and (k,), optional
-        Precomputed squared row norms (reused across iterations by the solvers).
     chunk_size : int, optional
         Rows per chunk. The result is (n, k) in any case; chunking bounds the temporaries.
 
@@ -101,21 +104,43 @@ def sq_distances(
             f"X has {X.shape[1]} features but C has {C.shape[1]}; they must match "
             f"(X shape {tuple(X.shape)}, C shape {tuple(C.shape)})"
         )
+    if C.shape[0] < 1:
+        raise ValueError(f"C must have at least one row; got shape {tuple(C.shape)}")
+    if X.is_complex() or C.is_complex():
+        raise TypeError(f"X and C must be real; got {X.dtype} and {C.dtype}")
     dtype = compute_dtype(torch.promote_types(X.dtype, C.dtype))
     X, C = X.to(dtype), C.to(dtype)  # no copy when already ``dtype``
-    X_sq = None if X_sq is None else X_sq.to(dtype)
-    C_sq = None if C_sq is None else C_sq.to(dtype)
+    r = reference_point(C)  # (d,) a constant
+    Cr = C - r  # (k, d)
+    C_sq = row_norms_sq(Cr)  # (k,)
     n, k = X.shape[0], C.shape[0]
-    rows = chunk_rows(n, k, chunk_size)
-    if C_sq is None:
-        C_sq = row_norms_sq(C)
-    if rows >= n:
-        return _sq_distances(X, C, X_sq, C_sq)
-    parts = [
-        _sq_distances(X[s], C, None if X_sq is None else X_sq[s], C_sq)
-        for s in iter_chunks(n, rows)
-    ]
-    return torch.cat(parts, dim=0)
+    rows = chunk_rows(n, k + X.shape[1], chunk_size)  # a chunk's distances and its rows - r
+    if rows >= n:  # one piece, no slicing (the row count stays symbolic in a traced graph)
+        return _centered_sq(X - r, Cr, C_sq)
+    return torch.cat([_centered_sq(X[s] - r, Cr, C_sq) for s in iter_chunks(n, rows)], dim=0)
+
+
+def reference_point(C: torch.Tensor) -> torch.Tensor:
+    r"""The point (d,) the distances to the centroids ``C`` (k, d) are expanded about: their mean
+    rounded to a multiple of ``q = 2^floor(log2 s)``, ``s = max |c - mean|`` (detached).
+
+    Within ``q / 2 <= s / 2`` of the mean, so the expansion's rounding stays ``eps`` times the
+    spread; and a multiple of a power of two, so that ``x - r`` and ``c - r`` are exact wherever
+    ``x`` and ``c`` lie on that grid (integer data stays exact, ties stay ties). One centroid, or
+    coincident ones, are their own reference."""
+    C = C.detach()
+    mean = C.mean(dim=0)  # (d,)
+    spread = (C - mean).abs().amax(dim=(0, 1))  # tensor operations only: no sync, traceable
+    q = torch.exp2(torch.floor(torch.log2(spread)))  # the power of two at or below s
+    usable = (q > 0) & torch.isfinite(q)
+    return torch.where(usable, torch.round(mean / torch.where(usable, q, 1.0)) * q, C[0])
+
+
+def _centered_sq(Xr: torch.Tensor, Cr: torch.Tensor, C_sq: torch.Tensor) -> torch.Tensor:
+    """``||x - c||^2`` (b, k) of rows and centroids already taken about the reference point."""
+    D = cross_term(Xr, Cr, C_sq)  # (b, k)
+    D.add_(row_norms_sq(Xr).unsqueeze(1))
+    return D.clamp_(min=0)
 
 
 def shifted_scores(D: torch.Tensor, T: float) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -127,6 +152,11 @@ def shifted_scores(D: torch.Tensor, T: float) -> tuple[torch.Tensor, torch.Tenso
     shift carries no gradient through a shift-invariant map). Returns ``None`` when ``2T`` is
     zero in ``D``'s dtype (the hard limit ``T -> 0``; e.g. ``T < 7e-46`` in float32).
     """
+    check_tensor(D, "D")
+    if not D.is_floating_point() or D.dim() < 1 or D.shape[-1] == 0:
+        raise ValueError(f"D must be a float tensor of distances (..., k) with k >= 1; got "
+                         f"{D.dtype} of shape {tuple(D.shape)}")
+    T = check_temperature(T, "T")
     info = torch.finfo(D.dtype)
     half_least_subnormal = info.tiny * info.eps / 2
     two_T = 2.0 * T
@@ -161,7 +191,12 @@ def row_min(G: torch.Tensor, *, overwrite: bool = False) -> tuple[torch.Tensor, 
     take ``torch.argmin``. With ``overwrite=True`` ``G`` is replaced by ``e`` on the packed path
     (no copy; for a temporary).
     """
+    check_matrix(G, "G", "(n, k)")
+    if G.is_complex():
+        raise TypeError(f"G must be real; got {G.dtype}")
     k = G.shape[1]
+    if k == 0:
+        raise ValueError(f"G must have at least one column; got shape {tuple(G.shape)}")
     if k < PACKED_MIN_COLUMNS or G.device.type != "cpu" or G.dtype != torch.float32:
         return G.min(dim=1)
     m = G.amin(dim=1)  # (n,)

@@ -37,23 +37,26 @@ from sklearn.base import (
 )
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import _check_sample_weight, validate_data
+from sklearn.utils.validation import validate_data
 from torch import Tensor
 
 from ._parameters import (
     PARAMETERS,
     agree_on_shards,
     as_float32_if_half,
+    check_sample_weight,
+    restored_on_failure,
     torch_dtype,
 )
 from .assignments import get_assignment
 from .comm import Comm
+from .frame import Frame
 from .inference import InferenceMixin, to_numpy
 from .metrics import check_nonzero_rows, get_metric
 from .online import OnlineFitMixin
-from .passes import Data
+from .passes import Data, cluster_stats
 from .repeats import fold_repeats
-from .runs import fit_run, run_schedules
+from .runs import Temperatures, fit_run, run_schedules
 from .schedules import (
     covariance_spread,
     critical_temperature_factor,
@@ -63,6 +66,11 @@ from .schedules import (
 
 __all__ = ["RBFKMeans"]
 
+
+def _owns(Xt: Tensor, X: np.ndarray) -> bool:
+    """Whether ``Xt`` is a tensor of its own (a converted copy), not a view of the caller's
+    ``X``: then it may be written in place."""
+    return Xt.device.type != "cpu" or not np.shares_memory(Xt.numpy(), X)
 
 
 class RBFKMeans(
@@ -292,20 +300,8 @@ class RBFKMeans(
     def _weights(self, sample_weight: Any, X: np.ndarray) -> Tensor | None:
         if sample_weight is None:
             return None
-        sw = np.asarray(sample_weight)
-        if sw.ndim == 1 and sw.shape[0] == X.shape[0] and np.issubdtype(sw.dtype, np.number):
-            bad = ~np.isfinite(sw.astype(np.float64))
-            if bad.any():
-                raise ValueError(
-                    f"sample_weight must be finite; got {sw[bad][0]!r} "
-                    f"at index {np.flatnonzero(bad)[0]}"
-                )
-            if (sw < 0).any():
-                i = int(np.flatnonzero(sw < 0)[0])
-                raise ValueError(f"sample_weight must be >= 0; got {sw[i]!r} at index {i}")
-        sw = _check_sample_weight(sample_weight, X, dtype=X.dtype, ensure_non_negative=True)
-        # a copy (n floats): no aliasing of the caller's array, no warning if it is read-only
-        return torch.tensor(sw).to(device=self._torch_device(), dtype=self._dtype_)
+        sw = check_sample_weight(sample_weight, X.shape[0], X.dtype)  # (n,) a copy
+        return torch.from_numpy(sw).to(device=self._torch_device(), dtype=self._dtype_)
 
     def _data(self, Xt: Tensor, w: Tensor | None = None, comm: Comm | None = None) -> Data:
         """The pass context of already validated data (no second NaN scan)."""
@@ -319,13 +315,24 @@ class RBFKMeans(
         Under an initialised ``torch.distributed`` process group, ``X`` is this rank's shard and
         every rank ends with the centroids of the fit on the concatenated data. A
         ``torch.utils.data.DataLoader`` or an iterator of chunks is handed to :meth:`fit_batches`
-        (mini-batch, one pass); a ``numpy.memmap`` is used as it is (no copy) by the full fit.
-        Otherwise, in one process, repeated rows are fitted as one row of their summed weight
-        (:mod:`rbfkmeans.repeats`) when that removes a tenth of the rows: the same objective at
-        the cost of the distinct rows; ``labels_`` covers every row.
+        (mini-batch, one pass); a ``numpy.memmap`` is used as it is (no copy) by the full fit,
+        unless it lies far from the origin. Otherwise, in one process, repeated rows are fitted
+        as one row of their summed weight (:mod:`rbfkmeans.repeats`) when that removes a tenth
+        of the rows: the same objective at the cost of the distinct rows; ``labels_`` covers
+        every row.
+
+        The fit runs in the frame of :mod:`rbfkmeans.frame`: on ``X - mean`` when the data's
+        mean lies farther from the origin than its spread (a copy), rescaled by a power of two
+        when its values are out of the comfortable range of the dtype, so that every distance is
+        accurate relative to the spread of the data, not its offset. A call that raises (bad
+        input, ``KeyboardInterrupt``) leaves a fitted estimator exactly as it was.
         """
         if isinstance(X, torch.utils.data.DataLoader | Iterator):
             return self.fit_batches(X, sample_weight=sample_weight)
+        with restored_on_failure(self):
+            return self._fit(X, sample_weight)
+
+    def _fit(self, X: Any, sample_weight: Any) -> RBFKMeans:
         self._check_params()
         comm = Comm.auto()
         if comm.active and isinstance(self.init, str) and self.init == "random":
@@ -348,13 +355,18 @@ class RBFKMeans(
         # repeated rows fit as one weighted row (one process; a memmap is left as it is)
         folded = None if comm.active or out_of_core else fold_repeats(
             Xt, w, chunk_size=self.chunk_size)
+        wf: Tensor | None
         if folded is not None and folded.rows.numel() >= self.n_clusters:
-            data = self._data(Xt[folded.rows], folded.weight, comm)  # (m, d) distinct rows
+            Xf, wf, own = Xt[folded.rows], folded.weight, True  # (m, d) distinct rows, a copy
         else:
             folded = None
-            data = self._data(Xt, w, comm)  # (n, d)
+            Xf, wf, own = Xt, w, _owns(Xt, X)  # (n, d)
+        spherical = get_metric(self.metric).spherical
+        frame = Frame() if spherical else Frame.choose(Xf, wf, chunk_size=self.chunk_size,
+                                                       comm=comm)
+        data = self._data(frame.enter(Xf, inplace=own), wf, comm)
         rng = check_random_state(self.random_state)
-        if data.metric.spherical:  # the tangent spread at the mean direction (schedules)
+        if spherical:  # the tangent spread at the mean direction (schedules)
             mean_var, lam_t, mu_norm = sphere_spread(data.X, data.w, chunk_size=self.chunk_size,
                                                      comm=comm)
             lam = sphere_eigmax(lam_t, mu_norm)
@@ -362,19 +374,25 @@ class RBFKMeans(
             mean_var, lam = covariance_spread(data.X, data.w, chunk_size=self.chunk_size,
                                               comm=comm)
         abs_tol = float(self.tol) * mean_var
-        self.critical_temperature_ = critical_temperature_factor(self.assignment,
-                                                                 self.n_clusters) * lam
+        Tc = critical_temperature_factor(self.assignment, self.n_clusters) * lam
+        self.critical_temperature_ = frame.sq_from(Tc)
+        temps = Temperatures(Tc, None if self.T_start is None else frame.sq_to(self.T_start),
+                             None if self.T_end is None else frame.sq_to(self.T_end))
+        init = frame.init(self._init_name())
         schedules = run_schedules(self, data, n_total, self._n_init(comm))
         seeds = torch.tensor([int(rng.randint(np.iinfo(np.int32).max)) for _ in schedules])
         comm.broadcast_(seeds, src=0)  # random_state=None differs between processes
         best: dict[str, Any] | None = None
         for run, schedule in enumerate(schedules):
-            result = self._fit_one(data, int(seeds[run]), abs_tol, lam, run, schedule)
+            result = self._fit_one(data, int(seeds[run]), abs_tol, lam, run, schedule,
+                                   init=init, temps=temps)
             if best is None or result["inertia"] < best["inertia"]:
                 best = result
         assert best is not None
+        best = self._leave_frame(best, frame, data, X.dtype)
         if folded is not None:  # every row takes the label of its distinct row
             best["labels"] = best["labels"][folded.inverse]
+        self._frame_ = frame
         self._set_fitted(best, X, warn=comm.rank == 0)
         # MacQueen counts for a later partial_fit: the (weighted) size of each cluster
         counts = torch.as_tensor(np.bincount(
@@ -383,6 +401,25 @@ class RBFKMeans(
         comm.sum_(counts)
         self._online_counts: np.ndarray | None = to_numpy(counts)
         return self
+
+    @staticmethod
+    def _leave_frame(best: dict[str, Any], frame: Frame, data: Data,
+                     dtype: np.dtype[Any]) -> dict[str, Any]:
+        """A run's result in the data's coordinates. Outside the identity frame the labels and
+        ``J`` come from one more pass at the published centroids (``cluster_centers_`` taken
+        back into the frame, as :meth:`predict` computes them), so that ``labels_`` and
+        ``predict`` agree also at rounding-level ties."""
+        if frame.identity:
+            return best
+        C = torch.as_tensor(to_numpy(frame.leave(best["C"])).astype(dtype, copy=False))
+        st = cluster_stats(data, frame.enter(C.to(data.X.dtype)), 0.0, "hard",
+                           return_labels=True)
+        history = [dict(h, T=frame.sq_from(h["T"]), centers=frame.leave_numpy(h["centers"]),
+                        objective=frame.sq_from(h["objective"]),
+                        inertia=frame.sq_from(h["inertia"])) for h in best["history"]]
+        return dict(best, C=C, labels=st.labels, inertia=frame.sq_from(st.inertia),
+                    temperatures=[frame.sq_from(T) for T in best["temperatures"]],
+                    history=history)
 
     def _n_init(self, comm: Comm) -> int:
         explicit = not isinstance(self.init, str) and not callable(self.init)
@@ -394,7 +431,10 @@ class RBFKMeans(
             return 1
         if self.n_init != "auto":
             return int(self.n_init)
-        return 10 if (self._hard and isinstance(self.init, str) and self.init == "random") else 1
+        # as scikit-learn: plain Lloyd from random rows or a callable takes the best of 10
+        random_start = callable(self.init) or (isinstance(self.init, str)
+                                               and self.init == "random")
+        return 10 if self._hard and random_start else 1
 
     def _init_name(self) -> Any:
         if isinstance(self.init, str) and self.init == "auto":
@@ -402,8 +442,8 @@ class RBFKMeans(
         return self.init
 
     def _fit_one(self, data: Data, seed: int, abs_tol: float, lam: float,
-                 run: int, schedule: str) -> dict[str, Any]:
-        return fit_run(self, data, seed, abs_tol, lam, run, schedule)
+                 run: int, schedule: str, **frame_units: Any) -> dict[str, Any]:
+        return fit_run(self, data, seed, abs_tol, lam, run, schedule, **frame_units)
 
     def _set_fitted(self, best: dict[str, Any], X: np.ndarray, warn: bool = True) -> None:
         self.cluster_centers_ = to_numpy(best["C"]).astype(X.dtype, copy=False)

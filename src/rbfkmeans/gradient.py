@@ -22,7 +22,12 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from ._validation import check_nonnegative, check_positive_int, check_temperature
+from ._validation import (
+    check_matrix,
+    check_nonnegative,
+    check_positive_int,
+    check_temperature,
+)
 from .assignments import Assignment, get_assignment
 from .distances import sq_distances
 from .layer import KMeansLayer
@@ -53,7 +58,10 @@ def gradient_step(
     ``(C_new, grad, N)``.
     """
     entry = get_assignment(assignment)
-    T = check_temperature(T)
+    T = check_temperature(T, "T")
+    check_matrix(C, "C", "(k, d)")
+    if check_matrix(X, "X", "(n, d)").shape[0] == 0:
+        raise ValueError("X must have at least one row; got shape (0, d)")
     if objective not in ("relaxed", "bare"):
         raise ValueError(f"objective must be 'relaxed' or 'bare'; got {objective!r}")
     w = 1 if sample_weight is None else sample_weight

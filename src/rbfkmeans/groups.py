@@ -50,20 +50,21 @@ import torch
 from torch import Tensor
 
 from . import kernels
-from ._validation import check_temperature
+from ._validation import check_matrix, check_temperature, check_tensor
 from .assignments import Assignment, get_assignment
 from .distances import row_norms_sq
-from .passes import Data
+from .passes import Data, check_data
 
 __all__ = ["GroupStats", "group_memberships", "group_stats"]
 
 
 def _check_multiplicities(m: Tensor, g: int) -> Tensor:
-    if not isinstance(m, Tensor) or m.shape != (g,):
-        raise ValueError(f"multiplicities must be a tensor of shape ({g},); got "
-                         f"{tuple(getattr(m, 'shape', ()))}")
+    check_tensor(m, "m")
+    if m.shape != (g,):
+        raise ValueError(f"m (the multiplicities) must be a tensor of shape ({g},); got "
+                         f"{tuple(m.shape)}")
     if bool((m < 1).any()) or bool((m != m.round()).any()):
-        raise ValueError(f"multiplicities must be integers >= 1; got {m.tolist()}")
+        raise ValueError(f"m (the multiplicities) must be integers >= 1; got {m.tolist()}")
     return m
 
 
@@ -106,6 +107,7 @@ def group_memberships(Z: Tensor, m: Tensor, assignment: str | Assignment) -> Ten
     """Group memberships ``Q`` (b, g) (module docstring) from scores ``Z`` (b, g), any per-row
     shift of ``-D / 2T``, and integer multiplicities ``m`` (g,). ``Z`` is not modified."""
     entry = get_assignment(assignment)
+    check_matrix(Z, "Z", "(b, g)")
     m = _check_multiplicities(m, Z.shape[1])
     g = Z.shape[1]
     if entry.hard:
@@ -174,13 +176,14 @@ def group_stats(
     :mod:`rbfkmeans.kernels` (the same values up to rounding): in one sweep up to
     :data:`rbfkmeans.kernels.MAX_DIM` features, with the scores from BLAS products inside the
     kernel (and the gain matrices from matrix products over each group's rows) beyond."""
+    check_data(data)
     entry = get_assignment(assignment)
-    T = check_temperature(T)
+    T = check_temperature(T, "T")
     if T == 0 or entry.hard:
         raise ValueError(f"group passes need T > 0 and a soft assignment; got T={T!r}, "
                          f"assignment={entry.name!r}")
     C = data.check_centroids(C)
-    m = _check_multiplicities(m.to(C.device), C.shape[0])
+    m = _check_multiplicities(check_tensor(m, "m").to(C.device), C.shape[0])
     return group_stats_unchecked(data, C, m, T, entry, objective, critical, hard_tol)
 
 

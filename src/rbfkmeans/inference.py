@@ -19,7 +19,8 @@ from torch import Tensor
 
 from ._validation import check_temperature
 from .assignments import get_assignment
-from .distances import sq_distances
+from .distances import shifted_scores, sq_distances
+from .frame import Frame
 from .layer import KMeansLayer
 from .mappings import hardmax
 from .metrics import cosine_similarity, get_metric
@@ -30,6 +31,8 @@ __all__ = ["InferenceMixin", "to_numpy"]
 
 def to_numpy(t: Tensor) -> np.ndarray:
     """``t`` as a NumPy array on the CPU (detached; no copy for a CPU tensor)."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"t must be a torch.Tensor; got {type(t).__name__}")
     return t.detach().cpu().numpy()
 
 
@@ -38,15 +41,29 @@ class InferenceMixin:
     :class:`~rbfkmeans.RBFKMeans` (``self`` is the fitted estimator)."""
 
     def _centers_t(self: Any) -> Tensor:
-        return torch.as_tensor(self.cluster_centers_).to(
-            device=self._torch_device(), dtype=self._dtype_
-        )
+        """``cluster_centers_`` as a tensor of the fit's dtype and device (a copy: the fitted
+        array may be read-only, e.g. loaded with ``joblib.load(..., mmap_mode="r")``)."""
+        C = np.array(self.cluster_centers_, dtype=np.float64 if self._dtype_ == torch.float64
+                     else np.float32)  # (k, d)
+        return torch.from_numpy(C).to(device=self._torch_device())
+
+    @property
+    def _fit_frame(self: Any) -> Frame:
+        """The frame the fit computed in (:mod:`rbfkmeans.frame`); inference computes in it."""
+        frame = getattr(self, "_frame_", None)
+        return frame if frame is not None else Frame()
+
+    def _framed(self: Any, X: np.ndarray) -> tuple[Tensor, Tensor]:
+        """``X`` and the centroids in the fit's frame, as tensors of its dtype and device."""
+        frame = self._fit_frame
+        return frame.enter(self._to_torch(X)), frame.enter(self._centers_t())
 
     def predict(self: Any, X: Any, sample_weight: Any = None) -> np.ndarray:
         """Index of the nearest centroid of each row of ``X`` (ties to the lowest index)."""
         check_is_fitted(self)
         X = self._check_X(X, reset=False)
-        return to_numpy(nearest_labels(self._data(self._to_torch(X)), self._centers_t()))
+        Xf, C = self._framed(X)
+        return to_numpy(nearest_labels(self._data(Xf), C))
 
     def predict_proba(self: Any, X: Any, temperature: float | None = None) -> np.ndarray:
         """Memberships ``R = m(-D / 2T)`` (n, k) at ``temperature`` (default: the estimator's
@@ -55,15 +72,16 @@ class InferenceMixin:
         For cosine ``R = m(cos(x, c) / T)``."""
         check_is_fitted(self)
         X = self._check_X(X, reset=False)
-        T = self._proba_temperature(temperature)
-        data, C = self._data(self._to_torch(X)), self._centers_t()
+        T = self._fit_frame.sq_to(self._proba_temperature(temperature))  # in the frame's units
+        Xf, C = self._framed(X)
+        data, k = self._data(Xf), C.shape[0]
         entry = get_assignment(self.assignment)
-        out = np.empty((X.shape[0], self.n_clusters), dtype=X.dtype)
+        out = np.empty((X.shape[0], k), dtype=X.dtype)
         with torch.no_grad():
-            for s in data.chunks(self.n_clusters):
+            for s in data.chunks(k):
                 D = sq_distances(data.X[s], C)  # (b, k)
-                R = hardmax(-D, dim=1) if T == 0.0 or entry.hard \
-                    else entry.forward(D / (-2.0 * T), dim=1)
+                shifted = None if T == 0.0 or entry.hard else shifted_scores(D, T)
+                R = hardmax(-D, dim=1) if shifted is None else entry.forward(shifted[0], dim=1)
                 out[s] = to_numpy(R)
         return out
 
@@ -83,8 +101,12 @@ class InferenceMixin:
             if get_metric(self.metric).spherical:
                 D = 1.0 - cosine_similarity(self._to_torch(X), self._centers_t())  # (n, k)
                 return to_numpy(D).astype(X.dtype, copy=False)
-            D = sq_distances(self._to_torch(X), self._centers_t(), chunk_size=self.chunk_size)
-        return to_numpy(D.sqrt_()).astype(X.dtype, copy=False)
+            Xf, C = self._framed(X)
+            D = sq_distances(Xf, C, chunk_size=self.chunk_size).sqrt_()  # (n, k), frame units
+            exponent = self._fit_frame.exponent
+            if exponent:
+                D.mul_(2.0**-exponent)
+        return to_numpy(D).astype(X.dtype, copy=False)
 
     def score(self: Any, X: Any, y: Any = None, sample_weight: Any = None) -> float:
         """Minus the (weighted) k-means objective ``J`` of ``X`` at the fitted centroids (for
@@ -92,8 +114,9 @@ class InferenceMixin:
         check_is_fitted(self)
         X = self._check_X(X, reset=False)
         w = self._weights(sample_weight, X)
-        st = cluster_stats(self._data(self._to_torch(X), w), self._centers_t(), 0.0, "hard")
-        return -st.inertia
+        Xf, C = self._framed(X)
+        st = cluster_stats(self._data(Xf, w), C, 0.0, "hard")
+        return -self._fit_frame.sq_from(st.inertia)
 
     @property
     def _n_features_out(self: Any) -> int:
@@ -107,7 +130,7 @@ class InferenceMixin:
         check_is_fitted(self)
         T = self._proba_temperature(temperature)
         return KMeansLayer(
-            torch.as_tensor(self.cluster_centers_).to(self._dtype_),
+            self._centers_t().cpu(),
             temperature=T,
             assignment=assignment or self.assignment,
             metric=self.metric,

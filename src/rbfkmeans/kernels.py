@@ -184,9 +184,28 @@ def _launch(blas: bool = False) -> Iterator[None]:
     try:
         with _one_blas_thread() if blas else nullcontext():
             yield
+    except SystemError as exc:
+        # Ctrl-C while a kernel runs: Python's handler raises when the compiled call returns,
+        # which CPython reports as "returned a result with an exception set" with the
+        # KeyboardInterrupt only as its cause; give the caller the KeyboardInterrupt itself
+        if _interrupted(exc):
+            raise KeyboardInterrupt from None
+        raise
     finally:
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether a ``KeyboardInterrupt`` is among the causes or contexts of ``exc``."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
 
 
 def _array(t: Tensor) -> np.ndarray:

@@ -27,9 +27,9 @@ import torch
 from torch import Tensor
 
 from . import kernels
-from ._validation import check_nonnegative, check_positive_int
+from ._validation import check_nonnegative, check_positive_int, check_vector
 from .bounds import BoundedAssignment
-from .passes import Data, Stats, cluster_stats, nearest
+from .passes import Data, Stats, check_data, cluster_stats, nearest
 
 __all__ = ["STALL", "LloydResult", "farthest_points", "lloyd", "mean_update", "relocate_empty"]
 
@@ -84,13 +84,17 @@ def farthest_points(data: Data, C: Tensor, m: int) -> Tensor:
     """The ``m`` points (m, d) farthest from their nearest centroid of ``C``, over all ranks,
     farthest first (fewer when the data holds fewer rows)."""
     m = check_positive_int(m, "m")
-    return _top_over_ranks(data, nearest(data, C).dist, m)[1]
+    return _top_over_ranks(check_data(data), nearest(data, C).dist, m)[1]
 
 
 @torch.no_grad()
 def relocate_empty(data: Data, C_new: Tensor, empty: Tensor) -> Tensor:
     """Move the centroids flagged in ``empty`` (k,) bool to the points farthest from the other
     centroids of ``C_new``; returns new centroids (never NaN; the input is not modified)."""
+    C_new = check_data(data).check_centroids(C_new, "C_new")
+    check_vector(empty, "empty", C_new.shape[0])
+    if empty.dtype != torch.bool:
+        raise TypeError(f"empty must be a bool tensor; got {empty.dtype}")
     idx = empty.nonzero().squeeze(1)
     if idx.numel() == 0:
         return C_new
@@ -111,6 +115,10 @@ def mean_update(data: Data, C: Tensor, st: Stats) -> tuple[Tensor, int]:
     """The soft-Lloyd update ``c_j <- S_j / N_j`` from a pass's statistics; clusters with
     ``N_j <= 1e-12 sum_j N_j`` are relocated by :func:`relocate_empty`. Returns
     ``(C_new, number relocated)``."""
+    C = check_data(data).check_centroids(C)
+    if not isinstance(st, Stats) or st.N.shape != (C.shape[0],):
+        raise TypeError(f"st must be the Stats of a pass over data with {C.shape[0]} "
+                        f"centroids; got {type(st).__name__}")
     empty = _empty_tol(float(st.N.sum())) >= st.N
     C_new = st.S / st.N.clamp(min=torch.finfo(st.N.dtype).tiny).unsqueeze(1)
     C_new = data.project(torch.where(empty.unsqueeze(1), C, C_new), C)  # cosine: m_j / ||m_j||
@@ -200,6 +208,7 @@ def lloyd(
     centroids and iterations as without it, at a fraction of the first pass's cost. Ignored
     where the parent has no bounds (the torch passes, wide data).
     """
+    check_data(data)
     max_iter = check_positive_int(max_iter, "max_iter")
     check_nonnegative(tol, "tol")
     if bounds is not None and not isinstance(bounds, bool):

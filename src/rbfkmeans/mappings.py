@@ -156,7 +156,8 @@ class _HardmaxFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, z: Tensor, dim: int) -> Tensor:
         idx = z.argmax(dim, keepdim=True)  # first maximum: ties to the lowest index
-        return torch.zeros_like(z).scatter_(dim, idx, 1.0)
+        P = torch.zeros_like(z).scatter_(dim, idx, 1.0)
+        return P.masked_fill_(z.isnan().any(dim, keepdim=True), math.nan)  # NaN propagates
 
     @staticmethod
     def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None]:
@@ -173,8 +174,13 @@ def _in_compute_dtype(fn: Callable[[Tensor, int], Tensor], z: Tensor, dim: int) 
         raise TypeError(f"z must be a torch.Tensor; got {type(z).__name__}")
     if not isinstance(dim, int) or isinstance(dim, bool):
         raise TypeError(f"dim must be an int; got {type(dim).__name__} {dim!r}")
+    if z.is_complex():
+        raise TypeError(f"z must be real; got {z.dtype}")
     if z.dim() == 0 or not -z.dim() <= dim < z.dim():
         raise ValueError(f"dim={dim} is out of range for a tensor of shape {tuple(z.shape)}")
+    if z.shape[dim] == 0:
+        raise ValueError(f"z must have at least one entry along dim={dim % z.dim()}; got shape "
+                         f"{tuple(z.shape)}")
     cdt = compute_dtype(z.dtype)
     if cdt == z.dtype:
         return fn(z, dim)

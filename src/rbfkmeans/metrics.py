@@ -46,6 +46,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ._validation import check_matrix, check_tensor
+
 __all__ = [
     "METRICS",
     "Metric",
@@ -58,9 +60,14 @@ __all__ = [
 ]
 
 
-def _scale(X: Tensor) -> Tensor:
+def _scale(X: Tensor, name: str = "X") -> Tensor:
     """``max_l |x_il|`` (..., 1), detached: dividing by it first keeps the norms of rows of tiny
-    or huge entries from underflowing to 0 or overflowing to inf."""
+    or huge entries from underflowing to 0 or overflowing to inf. Raises unless ``X`` is a real
+    tensor with a non-empty last dimension (named ``name``)."""
+    check_tensor(X, name)
+    if X.dim() < 1 or X.shape[-1] == 0:
+        raise ValueError(f"{name} must have rows of at least one entry (..., d); got shape "
+                         f"{tuple(X.shape)}")
     return X.detach().abs().amax(dim=-1, keepdim=True)
 
 
@@ -75,7 +82,7 @@ def _zero_row_error(zero: Tensor, name: str) -> ValueError:
 
 def check_nonzero_rows(X: Tensor, name: str = "X") -> None:
     """Raise ``ValueError`` naming the first row of ``X`` (..., d) whose entries are all zero."""
-    zero = (_scale(X) == 0).squeeze(-1)  # (...,)
+    zero = (_scale(X, name) == 0).squeeze(-1)  # (...,)
     if bool(zero.any()):
         raise _zero_row_error(zero, name)
 
@@ -87,7 +94,7 @@ def normalize_rows(X: Tensor, name: str = "X") -> Tensor:
     not depend on it), so no row underflows or overflows. A zero row raises ``ValueError``
     naming the first one (``name`` is the parameter's name in the message).
     """
-    scale = _scale(X)  # (..., 1)
+    scale = _scale(X, name)  # (..., 1)
     zero = (scale == 0).squeeze(-1)
     if bool(zero.any()):
         raise _zero_row_error(zero, name)
@@ -103,7 +110,7 @@ def project_rows(C: Tensor, fallback: Tensor | None = None, name: str = "C") -> 
     ``ValueError`` naming the row.
     """
     if fallback is not None:
-        zero = (_scale(C) == 0).squeeze(-1)  # (k,)
+        zero = (_scale(C, name) == 0).squeeze(-1)  # (k,)
         if bool(zero.any()):
             C = torch.where(zero.unsqueeze(-1), fallback.to(C.dtype), C)
     return normalize_rows(C, name)
@@ -111,8 +118,12 @@ def project_rows(C: Tensor, fallback: Tensor | None = None, name: str = "C") -> 
 
 def cosine_similarity(X: Tensor, C: Tensor) -> Tensor:
     """``cos(x_i, c_j)`` (n, k) of ``X`` (n, d) and ``C`` (k, d): one matrix product of the
-    normalised rows; raises on a zero row of either (named ``X`` and ``centroids``)."""
-    return normalize_rows(X, "X") @ normalize_rows(C, "centroids").T
+    normalised rows; raises on a zero row of either (named ``X`` and ``C``)."""
+    check_matrix(X, "X", "(n, d)")
+    check_matrix(C, "C", "(k, d)")
+    if X.shape[1] != C.shape[1]:
+        raise ValueError(f"X has {X.shape[1]} features but C has {C.shape[1]}; they must match")
+    return normalize_rows(X, "X") @ normalize_rows(C, "C").T
 
 
 def _identity(X: Tensor, name: str = "X") -> Tensor:

@@ -91,7 +91,7 @@ def objective_from_distances(
     """
     check_matrix(D, "D", "(n, k)")
     entry = get_assignment(assignment)
-    T = check_temperature(T)
+    T = check_temperature(T, "T")
     w = _weights(sample_weight, D)
     shifted = None if T == 0.0 or entry.hard else shifted_scores(D, T)
     if shifted is None:

@@ -21,9 +21,11 @@ import torch
 from sklearn.utils import check_random_state
 from torch import Tensor
 
-from ._parameters import is_int, torch_dtype
+from ._parameters import check_sample_weight, is_int, restored_on_failure, torch_dtype
 from .comm import Comm
+from .frame import Frame
 from .inference import to_numpy
+from .metrics import get_metric
 from .passes import cluster_stats
 from .seeding import initial_centers
 from .streaming import MiniBatchKMeans, agree_on_batch, array_batches, batch_data, macqueen_updates
@@ -53,9 +55,16 @@ class OnlineFitMixin:
         :meth:`fit` the counts start at the fitted cluster sizes. ``labels_`` and ``inertia_``
         describe the last batch at the new centroids.
         """
+        with restored_on_failure(self):
+            return self._partial_fit(X, sample_weight)
+
+    def _partial_fit(self: Any, X: Any, sample_weight: Any) -> RBFKMeans:
+        self._check_params()
         first = not hasattr(self, "cluster_centers_")
-        if first:
-            self._check_params()
+        if not first and self.cluster_centers_.shape[0] != self.n_clusters:
+            raise ValueError(
+                f"n_clusters={self.n_clusters} differs from the {self.cluster_centers_.shape[0]} "
+                "clusters of the fitted model that partial_fit would continue; fit again")
         X = self._check_X(X, reset=first)
         if first:
             if X.shape[0] < self.n_clusters:
@@ -66,32 +75,37 @@ class OnlineFitMixin:
             self._dtype_ = self._compute_dtype(X)
         Xt = self._to_torch(X)
         w = self._weights(sample_weight, X)
-        data = self._data(Xt, w)
+        spherical = get_metric(self.metric).spherical
+        if first:  # the frame of the online fit: its first batch's (rbfkmeans.frame)
+            self._frame_ = Frame() if spherical else Frame.choose(Xt, w)
+        frame = self._fit_frame
+        data = self._data(frame.enter(Xt), w)
         T = 0.0 if self.temperature is None else float(self.temperature)
         if first:
             seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
             init = self.init
             if isinstance(init, str) and init in ("auto", "mean"):
                 init = "k-means++"
-            C = initial_centers(data, self.n_clusters, init,
+            C = initial_centers(data, self.n_clusters, frame.init(init),
                                 generator=torch.Generator().manual_seed(seed), seed=seed)
             counts = torch.zeros(self.n_clusters, dtype=Xt.dtype, device=Xt.device)
             self.n_iter_ = 0
             self._set_online(T)
         else:
-            C = self._centers_t()
+            C = frame.enter(self._centers_t())
             counts = torch.as_tensor(self._online_counts).to(Xt.device, Xt.dtype) \
                 if getattr(self, "_online_counts", None) is not None \
                 else torch.zeros(self.n_clusters, dtype=Xt.dtype, device=Xt.device)
-        C, counts = macqueen_updates(Xt, C, counts, T, self.assignment, w, metric=self.metric)
-        self.cluster_centers_ = to_numpy(C).astype(X.dtype, copy=False)
+        C, counts = macqueen_updates(data.X, C, counts, frame.sq_to(T), self.assignment, w,
+                                     metric=self.metric)
+        self.cluster_centers_ = to_numpy(frame.leave(C)).astype(X.dtype, copy=False)
         self._online_counts = to_numpy(counts)
         self.n_iter_ += 1
         self.n_swaps_ = getattr(self, "n_swaps_", 0)
-        st = cluster_stats(data, C, 0.0, "hard", return_labels=True)
+        st = cluster_stats(data, frame.enter(self._centers_t()), 0.0, "hard", return_labels=True)
         assert st.labels is not None
         self.labels_ = to_numpy(st.labels).astype(np.int64)
-        self.inertia_ = st.inertia
+        self.inertia_ = frame.sq_from(st.inertia)
         return self
 
     def fit_batches(
@@ -118,8 +132,14 @@ class OnlineFitMixin:
         each batch's ``J`` just before its step: an estimate) and the running counts, so that
         :meth:`partial_fit` can continue. ``labels_`` (this rank's rows, in source order) is set
         by one more pass over a source that can be iterated again (an array, a list, a
-        ``DataLoader``); a one-shot iterator leaves none.
+        ``DataLoader``); a one-shot iterator leaves none. A call that raises leaves a fitted
+        estimator exactly as it was.
         """
+        with restored_on_failure(self):
+            return self._fit_batches(batches, n_epochs, batch_size, sample_weight)
+
+    def _fit_batches(self: Any, batches: Any, n_epochs: int, batch_size: int,
+                     sample_weight: Any) -> RBFKMeans:
         self._check_params()
         if not is_int(n_epochs) or n_epochs < 1:
             raise ValueError(f"n_epochs must be an integer >= 1; got {n_epochs!r}")
@@ -135,6 +155,8 @@ class OnlineFitMixin:
         if sample_weight is not None and not is_array:
             raise ValueError("sample_weight is only accepted with a 2-D array source; got "
                              f"sample_weight with a {type(batches).__name__}")
+        if sample_weight is not None:
+            sample_weight = check_sample_weight(sample_weight, int(batches.shape[0]))
         one_shot = not is_array and iter(batches) is batches
         if n_epochs > 1 and one_shot:
             raise ValueError(f"n_epochs={n_epochs} needs a source that can be iterated again "
@@ -146,7 +168,8 @@ class OnlineFitMixin:
         T = 0.0 if self.temperature is None else float(self.temperature)
         fit = MiniBatchKMeans(self.n_clusters, T, self.assignment,
                               generator=torch.Generator().manual_seed(int(seed)),
-                              chunk_size=self.chunk_size, comm=comm, metric=self.metric)
+                              chunk_size=self.chunk_size, comm=comm, metric=self.metric,
+                              init=self.init)
         self.__dict__.pop("_dtype_", None)
         for _ in range(n_epochs):
             stream: Iterator[tuple[Any, Any]] = (
@@ -158,10 +181,11 @@ class OnlineFitMixin:
         fit.finish()
         if fit.C is None or fit.counts is None:
             raise ValueError("batches yielded no data")
-        self.cluster_centers_ = to_numpy(fit.C)
+        self._frame_ = fit.frame
+        self.cluster_centers_ = to_numpy(fit.centers())
         self._online_counts = to_numpy(fit.counts)
         self.n_iter_ = fit.steps
-        self.inertia_ = float(fit.inertia)
+        self.inertia_ = fit.frame.sq_from(fit.inertia)
         self._set_online(T)
         self.__dict__.pop("labels_", None)
         if not one_shot:

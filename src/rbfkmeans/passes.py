@@ -45,7 +45,7 @@ from .comm import Comm
 from .distances import chunk_rows, cross_term, iter_chunks, row_min, row_norms_sq
 from .metrics import Metric, get_metric
 
-__all__ = ["Data", "Nearest", "Stats", "cluster_stats", "nearest", "nearest_labels"]
+__all__ = ["Data", "Nearest", "Stats", "check_data", "cluster_stats", "nearest", "nearest_labels"]
 
 
 class Data:
@@ -160,6 +160,15 @@ class Data:
         return C.to(device=self.X.device, dtype=self.X.dtype)
 
 
+def check_data(data: Any, name: str = "data") -> Data:
+    """Raise ``TypeError`` unless ``data`` is a pass context :class:`Data` (wrap a tensor ``X``
+    as ``Data(X)``)."""
+    if not isinstance(data, Data):
+        raise TypeError(f"{name} must be a rbfkmeans.passes.Data (the pass context: "
+                        f"Data(X, sample_weight)); got {type(data).__name__}")
+    return data
+
+
 @dataclass
 class Stats:
     """Statistics of one pass at centroids ``C`` and temperature ``T`` (summed over ranks).
@@ -211,8 +220,9 @@ def cluster_stats(
     :data:`rbfkmeans.kernels.MAX_DIM` features with the scores of BLAS products of a few
     hundred rows; the same statistics up to rounding).
     """
+    check_data(data)
     entry = get_assignment(assignment)
-    T = check_temperature(T)
+    T = check_temperature(T, "T")
     C = data.check_centroids(C)
     k, d = C.shape
     hard = entry.hard or T == 0.0
@@ -283,7 +293,7 @@ def nearest_labels(data: Data, C: Tensor) -> Tensor:
     hard passes of a fit compute it (the fused kernel on the CPU), so that a fit's labels and a
     prediction on the same rows agree also where two centroids are equally near up to
     rounding."""
-    C = data.check_centroids(C)
+    C = check_data(data).check_centroids(C)
     if kernels.usable(data.X, C.shape[0], scores=True):
         labels = torch.empty(data.n, dtype=torch.long)
         kernels.hard_pass(data.X, C, None, labels=labels, objective=False)
@@ -307,7 +317,7 @@ def nearest(data: Data, C: Tensor, *, two: bool = False) -> Nearest:
     """The nearest centroid of each local point (or its two nearest, ``two=True``), with the
     squared distances ``d_ij = ||x_i||^2 + (||c_j||^2 - 2 x_i.c_j)``, clamped at 0; one chunked
     pass, nothing larger than a chunk of distances. Needs ``k >= 2`` for ``two``."""
-    C = data.check_centroids(C)
+    C = check_data(data).check_centroids(C)
     k = C.shape[0]
     if two and k < 2:
         raise ValueError(f"two nearest centroids need k >= 2; got C of shape {tuple(C.shape)}")

@@ -80,7 +80,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ._validation import check_finite, check_positive_int, check_temperature, compute_dtype
+from ._validation import (
+    check_finite,
+    check_positive_int,
+    check_temperature,
+    check_tensor,
+    compute_dtype,
+)
 from .assignments import check_assignment, get_assignment
 from .comm import Comm
 from .distances import shifted_scores, sq_distances
@@ -116,6 +122,12 @@ def _check_real(value: Any, name: str, rule: str, ok: Any) -> float:
 
 def code_perplexity(used: Tensor) -> Tensor:
     """``exp(-sum_j p_j log p_j)`` with ``p = used / sum(used)`` for code counts ``used`` (k,)."""
+    check_tensor(used, "used")
+    if used.dim() != 1 or used.numel() == 0:
+        raise ValueError(f"used must be a non-empty 1-D tensor of code counts (k,); got shape "
+                         f"{tuple(used.shape)}")
+    if not bool(torch.isfinite(used).all()) or bool((used < 0).any()):
+        raise ValueError("used must hold finite counts >= 0; got a negative or non-finite entry")
     p = used.double() / used.double().sum().clamp_min(1.0)  # (k,)
     return torch.exp(-torch.special.xlogy(p, p).sum())
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from .estimator import RBFKMeans
 
 __all__ = ["LAST_LOOK", "SEARCH_MIN_ROWS", "SEARCH_ROWS_PER_CLUSTER", "SMALL_FIT_ENTRIES",
-           "fit_run", "run_schedules"]
+           "Temperatures", "fit_run", "run_schedules"]
 
 #: On large data the event-driven fit polishes and searches swaps on a subsample of
 #: ``max(SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER * k)`` rows first (used when the data has more
@@ -77,12 +78,29 @@ def _check(est: Any, data: Any, schedule: Any = "splits") -> None:
         raise ValueError(f"schedule must be 'splits' or 'geometric'; got {schedule!r}")
 
 
-def geometric_ladder(est: RBFKMeans) -> np.ndarray:
+@dataclass(frozen=True)
+class Temperatures:
+    """The temperatures a run starts from, in the units of the data it runs on (a fit in a
+    rescaled frame, :mod:`rbfkmeans.frame`, converts them): the first critical temperature and
+    the estimator's ``T_start`` and ``T_end`` (None: the defaults)."""
+
+    critical: float
+    start: float | None = None
+    end: float | None = None
+
+    @classmethod
+    def of(cls, est: RBFKMeans) -> Temperatures:
+        """The estimator's own (data units)."""
+        return cls(est.critical_temperature_, est.T_start, est.T_end)
+
+
+def geometric_ladder(est: RBFKMeans, temps: Temperatures | None = None) -> np.ndarray:
     """``T_start, T_start cooling, ...`` down to ``T_end`` (defaults ``1.2 T_c``, ``0.85``,
-    ``1e-6 T_c``); empty for constant data."""
-    Tc = est.critical_temperature_
-    T_start = est.T_start if est.T_start is not None else 1.2 * Tc
-    T_end = est.T_end if est.T_end is not None else 1e-6 * Tc
+    ``1e-6 T_c``); empty for constant data. ``temps`` defaults to the estimator's."""
+    temps = temps or Temperatures.of(est)
+    Tc = temps.critical
+    T_start = temps.start if temps.start is not None else 1.2 * Tc
+    T_end = temps.end if temps.end is not None else 1e-6 * Tc
     if T_start <= 0 or T_end <= 0:  # constant data: nothing to anneal
         return np.array([])
     cooling = 0.85 if est.cooling is None else est.cooling
@@ -111,12 +129,11 @@ def run_schedules(est: RBFKMeans, data: Data, n_total: int, n_init: int) -> list
 
 def _anneal(est: RBFKMeans, data: Data, C: Tensor, abs_tol: float, lam: float,
             gen: torch.Generator, tick: Callable[[float, int], None] | None,
-            schedule: str) -> AnnealResult:
+            schedule: str, temps: Temperatures) -> AnnealResult:
     if event_driven(est, data, schedule):
         return anneal_splits(
             data, est.n_clusters, est.assignment,
-            T_start=est.T_start if est.T_start is not None
-            else 0.8 * est.critical_temperature_ or None,
+            T_start=temps.start if temps.start is not None else 0.8 * temps.critical or None,
             cooling=0.7 if est.cooling is None else est.cooling,
             max_iter=est.max_iter_per_temperature or 15, tol=10.0 * abs_tol,
             stop_gap=float(est.stop_gap), points_per_group=est.subsample, generator=gen,
@@ -128,33 +145,37 @@ def _anneal(est: RBFKMeans, data: Data, C: Tensor, abs_tol: float, lam: float,
         step = GradientStep(est.assignment, C, optimizer=est.optimizer, max_iter=max_iter,
                             tol=abs_tol)
     return anneal(
-        data, C, geometric_ladder(est), est.assignment, step=step, max_iter=max_iter,
+        data, C, geometric_ladder(est, temps), est.assignment, step=step, max_iter=max_iter,
         tol=abs_tol, perturbation=float(est.perturbation) * math.sqrt(max(lam, 0.0)),
         generator=gen, stop_gap=float(est.stop_gap), progress=tick,
     )
 
 
 def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, run: int,
-            schedule: str) -> dict[str, Any]:
+            schedule: str, *, init: Any = None, temps: Temperatures | None = None
+            ) -> dict[str, Any]:
     """One run from ``seed`` (module docstring); ``abs_tol`` is ``tol`` in absolute units,
     ``lam`` the largest eigenvalue of the data's covariance (the perturbation's scale), ``run``
-    the run's number (progress bars). Returns the centroids, labels, ``J``, iterations, swaps,
-    temperatures run and the annealing history."""
+    the run's number (progress bars); ``init`` and ``temps`` the start and the temperatures in
+    the units of ``data`` (default: the estimator's). Returns the centroids, labels, ``J``,
+    iterations, swaps, temperatures run and the annealing history."""
     _check(est, data, schedule)
+    temps = temps or Temperatures.of(est)
     gen = torch.Generator().manual_seed(seed)
-    C = initial_centers(data, est.n_clusters, est._init_name(), generator=gen, seed=seed)
-    temps: list[float] = []
+    C = initial_centers(data, est.n_clusters, est._init_name() if init is None else init,
+                        generator=gen, seed=seed)
+    ladder: list[float] = []
     history: list[dict[str, Any]] = []
     n_soft_iter = 0
     show = bool(est.verbose) and data.comm.rank == 0
     hard_only = est._hard
     if not hard_only:
-        total = None if event_driven(est, data, schedule) else len(geometric_ladder(est))
+        total = None if event_driven(est, data, schedule) else len(geometric_ladder(est, temps))
         bar = _progress(show, total, f"anneal (run {run + 1})")
-        res = _anneal(est, data, C, abs_tol, lam, gen, _ticker(bar), schedule)
+        res = _anneal(est, data, C, abs_tol, lam, gen, _ticker(bar), schedule, temps)
         if bar is not None:
             bar.close()
-        C, temps, n_soft_iter = res.C, res.temperatures, res.n_iter
+        C, ladder, n_soft_iter = res.C, res.temperatures, res.n_iter
         history = [
             {"T": h["T"], "centers": h["C"].detach().cpu().numpy(),  # type: ignore[attr-defined]
              "objective": h["objective"], "inertia": h["inertia"], "n_soft": h["n_soft"],
@@ -198,7 +219,7 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
         )
     return {
         "C": final.C, "labels": final.labels, "inertia": final.inertia,
-        "n_iter": n_soft_iter + n_hard_iter, "n_swaps": n_swaps, "temperatures": temps,
+        "n_iter": n_soft_iter + n_hard_iter, "n_swaps": n_swaps, "temperatures": ladder,
         "history": history,
     }
 

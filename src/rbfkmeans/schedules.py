@@ -59,7 +59,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._validation import check_positive_int, check_temperature
+from ._validation import (
+    check_finite,
+    check_matrix,
+    check_positive_int,
+    check_real,
+    check_temperature,
+    check_vector,
+)
 from .assignments import get_assignment
 from .distances import chunk_rows, iter_chunks
 from .metrics import check_metric, normalize_rows
@@ -68,6 +75,7 @@ if TYPE_CHECKING:
     from .comm import Comm
 
 __all__ = [
+    "MAX_LADDER",
     "MIN_MEAN_NORM",
     "covariance_eigmax",
     "covariance_spread",
@@ -80,6 +88,8 @@ __all__ = [
 
 #: the floor on ``||mu||`` in the spherical critical temperature (:func:`sphere_eigmax`)
 MIN_MEAN_NORM = 1e-3
+#: the most temperatures :func:`geometric_schedule` returns
+MAX_LADDER = 100_000
 
 
 def critical_temperature_factor(assignment: str, n_clusters: int) -> float:
@@ -114,7 +124,14 @@ def _moments(
     X: Tensor, sample_weight: Tensor | None, chunk_size: int | None, comm: Comm | None
 ) -> tuple[Tensor, Tensor] | None:
     """The weighted mean ``mu`` (d,) and biased covariance (d, d) in float64, two chunked passes
-    (summed over ``comm``'s ranks); ``None`` when the weights sum to zero."""
+    (summed over ``comm``'s ranks); ``None`` when the weights sum to zero. Raises unless ``X``
+    is a finite real matrix and ``sample_weight`` finite non-negative weights of its rows."""
+    check_finite(check_matrix(X, "X"), "X")
+    if sample_weight is not None:
+        check_vector(sample_weight, "sample_weight", X.shape[0])
+        check_finite(sample_weight, "sample_weight")
+        if bool((sample_weight < 0).any()):
+            raise ValueError("sample_weight must be >= 0; got a negative entry")
     n, d = X.shape
     rows = chunk_rows(n, d, chunk_size)
     tot = torch.zeros(1, dtype=torch.float64, device=X.device)
@@ -175,6 +192,8 @@ def sphere_eigmax(tangent_eigmax: float, mean_norm: float) -> float:
     """``lambda_max(P Sigma P) / max(||mu||, MIN_MEAN_NORM)``: on the sphere, the eigenvalue
     that plays the part of ``lambda_max(Sigma)``, ``T_c = critical_temperature_factor * this``
     (module docstring)."""
+    tangent_eigmax = check_real(tangent_eigmax, "tangent_eigmax", minimum=0.0)
+    mean_norm = check_real(mean_norm, "mean_norm", minimum=0.0)
     return float(tangent_eigmax) / max(float(mean_norm), MIN_MEAN_NORM)
 
 
@@ -213,13 +232,21 @@ def geometric_schedule(T_start: float, T_end: float, ratio: float) -> np.ndarray
     """
     T_start = check_temperature(T_start, "T_start")
     T_end = check_temperature(T_end, "T_end")
-    if not 0.0 < float(ratio) < 1.0:
+    ratio = check_real(ratio, "ratio")
+    if not 0.0 < ratio < 1.0:
         raise ValueError(f"ratio must be in (0, 1); got {ratio!r}")
     if T_end <= 0.0 or T_start < T_end:
         raise ValueError(
             f"need T_start >= T_end > 0; got T_start={T_start!r}, T_end={T_end!r}"
         )
-    n = math.floor(math.log(T_end / T_start) / math.log(ratio) + 1e-9) + 1
+    # logs of each end (their quotient can underflow: 1e-300 / 1e300)
+    steps = (math.log(T_end) - math.log(T_start)) / math.log(ratio)
+    if steps > MAX_LADDER:
+        raise ValueError(
+            f"the ladder from T_start={T_start!r} to T_end={T_end!r} at ratio={ratio!r} would "
+            f"hold {steps:.3g} temperatures (at most {MAX_LADDER}); narrow the range or cool "
+            "faster")
+    n = math.floor(steps + 1e-9) + 1
     temps = T_start * float(ratio) ** np.arange(n)
     if temps[-1] > T_end * (1 + 1e-12):
         temps = np.append(temps, T_end)

@@ -24,7 +24,7 @@ from torch import Tensor
 from ._validation import check_positive_int
 from .comm import Comm
 from .distances import row_norms_sq
-from .passes import Data, nearest
+from .passes import Data, check_data, nearest
 
 __all__ = ["INITS", "initial_centers", "kmeans_plusplus", "weighted_mean"]
 
@@ -81,6 +81,7 @@ def kmeans_plusplus(
     r"""Greedy k-means++ seeding (module docstring): ``n_clusters`` centres (k, d), each the best
     of ``n_local_trials`` (default ``2 + log k``) candidates drawn with probability
     ``w_i D(x_i)^2``."""
+    check_data(data)
     k = check_positive_int(n_clusters, "n_clusters")
     trials = 2 + int(math.log(k)) if n_local_trials is None \
         else check_positive_int(n_local_trials, "n_local_trials")
@@ -125,6 +126,7 @@ def kmeans_plusplus(
 
 def weighted_mean(data: Data) -> Tensor:
     """``mu = sum_i w_i x_i / sum_i w_i`` (d,) over all ranks."""
+    check_data(data)
     w = torch.ones(data.n, dtype=data.X.dtype, device=data.X.device) if data.w is None \
         else data.w  # (n,)
     tot = w.sum().reshape(1)
@@ -152,6 +154,7 @@ def initial_centers(
     mean direction ``mu / ||mu||`` of the normalised rows, a callable sees the normalised rows,
     and an array's rows are normalised (a zero row raises).
     """
+    check_data(data)
     k = check_positive_int(n_clusters, "n_clusters")
     if isinstance(init, str):
         if init == "mean":

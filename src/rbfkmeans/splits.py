@@ -39,7 +39,7 @@ from .annealing import AnnealResult
 from .assignments import Assignment, get_assignment
 from .groups import GroupStats, group_stats_unchecked
 from .lloyd import relocate_empty
-from .passes import Data
+from .passes import Data, check_data
 from .seeding import weighted_mean
 
 __all__ = ["SMALL_COPY", "Subsample", "anneal_splits"]
@@ -79,6 +79,22 @@ class Subsample:
                               validate=False)
             self._size = size
         return self._part
+
+
+def resolution_temperature(data: Data) -> float:
+    r"""``T_floor = (64 eps max|x|)^2``: below it ``sqrt(T)``, the scale of a soft membership's
+    reach and of a split, is within a few dozen rounding units of the coordinates themselves
+    (``eps`` of the data's dtype), so no membership or split there can be told from a hard
+    one. The event-driven ladder stops there: its number of temperatures then does not grow
+    without bound with extreme weights or starting temperatures (a point of weight ``1e100``
+    makes the weighted spread, and every critical temperature, ``1e-100`` times smaller)."""
+    if data.n:
+        lo, hi = torch.aminmax(data.X)  # no temporary the size of X
+        big = torch.maximum(-lo, hi).reshape(1).double()
+    else:
+        big = torch.zeros(1, dtype=torch.float64, device=data.X.device)
+    x_max = float(data.comm.all_gather(big).amax())
+    return (64.0 * torch.finfo(data.X.dtype).eps * x_max) ** 2
 
 
 def _sum(values: list[float]) -> float:
@@ -167,7 +183,10 @@ def _rebalance(m: Tensor, V: Tensor) -> Tensor:
 
 
 def _split(C: Tensor, m: Tensor, st: GroupStats, T: float) -> tuple[Tensor, Tensor, int]:
-    """Split every unstable group (``m_j > 1``, ``T_j > T``) into two along its axis."""
+    """Split every unstable group (``m_j > 1``, ``T_j > T``) into two along its axis, the halves
+    ``+-0.3 sqrt(T)`` apart, or ``+-0.3 sqrt(T_j / 1e6)`` for a split long overdue (a ladder
+    started far below ``T_j``), where ``sqrt(T)`` could vanish against the centroid's own
+    coordinates and the halves would coincide."""
     assert st.T_crit is not None
     assert st.axis is not None
     unstable = ((st.T_crit > T) & (m > 1)).nonzero().squeeze(1).tolist()
@@ -176,7 +195,7 @@ def _split(C: Tensor, m: Tensor, st: GroupStats, T: float) -> tuple[Tensor, Tens
     C_new, m_new = C.clone(), m.clone()
     extra_C, extra_m = [], []
     for j in unstable:
-        step = 0.3 * math.sqrt(T) * st.axis[j]  # (d,)
+        step = 0.3 * math.sqrt(max(T, 1e-6 * float(st.T_crit[j]))) * st.axis[j]  # (d,)
         half = int(m[j]) // 2
         C_new[j], m_new[j] = C[j] + step, int(m[j]) - half
         extra_C.append(C[j] - step)
@@ -243,6 +262,7 @@ def anneal_splits(
     run, the soft-Lloyd steps in all, and per temperature the centroids (k, d), ``F_T``, ``J``,
     the soft weight, the steps and the number of groups (``history``).
     """
+    check_data(data)
     entry = get_assignment(assignment)
     if entry.hard:
         raise ValueError("anneal_splits needs a soft assignment (softmax, entmax15, sparsemax); "
@@ -263,14 +283,19 @@ def anneal_splits(
     first = group_stats_unchecked(part(1), C, m, 1.0, entry, objective=False, critical=True)
     assert first.T_crit is not None
     Tc = float(first.T_crit[0]) if k > 1 else 0.0
-    if Tc <= 0 and T_start is None:  # constant data, or k = 1: nothing to anneal
+    T_floor = resolution_temperature(data)
+    if (Tc <= 0 and T_start is None) or max(Tc, T_start or 0.0) <= T_floor:
+        # constant data, k = 1, or splits too fine to resolve: nothing to anneal
         return AnnealResult(C.repeat(k, 1), [], 0, [], True)
     T = float(T_start) if T_start is not None else split_margin * Tc
+    T = max(T, 2.0 * T_floor)  # a start below the resolution is taken at it
     temps: list[float] = []
     history: list[dict[str, object]] = []
     total = 0
     hard = False
     for _ in range(max_temperatures):
+        if not T_floor < T:  # below the resolution of the coordinates: the hard polish
+            break  # takes over
         sub = part(C.shape[0])
         C, it = _fixed_point(sub, C, m, T, entry, max_iter, tol)
         st = group_stats_unchecked(sub, C, m, T, entry, critical=True)

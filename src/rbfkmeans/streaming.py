@@ -31,13 +31,20 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._validation import check_positive_int, check_temperature
+from ._validation import (
+    check_finite,
+    check_matrix,
+    check_positive_int,
+    check_temperature,
+    check_vector,
+)
 from .assignments import Assignment, get_assignment
 from .comm import Comm
+from .frame import Frame
 from .lloyd import relocate_empty
 from .metrics import check_metric, get_metric
-from .passes import Data, cluster_stats
-from .seeding import kmeans_plusplus
+from .passes import Data, check_data, cluster_stats
+from .seeding import initial_centers
 
 __all__ = [
     "MiniBatchKMeans",
@@ -65,10 +72,8 @@ def minibatch_step(
     from the other centroids (its count stays 0, so its next step jumps to its members' mean).
     On a cosine ``data`` the stepped centroids are projected back onto the unit sphere.
     """
-    C = data.check_centroids(C)
-    if not isinstance(counts, Tensor) or counts.shape != (C.shape[0],):
-        raise ValueError(f"counts must be a tensor of shape ({C.shape[0]},); got "
-                         f"{tuple(getattr(counts, 'shape', ()))}")
+    C = check_data(data).check_centroids(C)
+    _check_counts(counts, C.shape[0])
     st = cluster_stats(data, C, T, assignment)
     counts = counts + st.N  # (k,)
     tiny = torch.finfo(C.dtype).tiny
@@ -78,6 +83,13 @@ def minibatch_step(
     if bool(empty.any()):
         C = relocate_empty(data, C, empty)
     return C, counts, st.inertia
+
+
+def _check_counts(counts: Any, k: int) -> None:
+    """Raise unless ``counts`` holds ``k`` finite running counts ``>= 0``."""
+    check_vector(counts, "counts", k)
+    if not bool(torch.isfinite(counts).all()) or bool((counts < 0).any()):
+        raise ValueError("counts must be finite and >= 0; got a negative or non-finite entry")
 
 
 class MiniBatchKMeans:
@@ -93,7 +105,8 @@ class MiniBatchKMeans:
 
     def __init__(self, n_clusters: int, T: float, assignment: str | Assignment, *,
                  generator: torch.Generator, chunk_size: int | None = None,
-                 comm: Comm | None = None, metric: str = "sqeuclidean") -> None:
+                 comm: Comm | None = None, metric: str = "sqeuclidean",
+                 init: Any = "k-means++") -> None:
         self.k = check_positive_int(n_clusters, "n_clusters")
         self.metric = check_metric(metric)
         self.T = check_temperature(T)
@@ -101,11 +114,19 @@ class MiniBatchKMeans:
         self.generator = generator
         self.chunk_size = chunk_size
         self.comm = comm if comm is not None else Comm()
-        self.C: Tensor | None = None
+        self.init = "k-means++" if isinstance(init, str) and init in ("auto", "mean") else init
+        self.frame = Frame()  # chosen from the seeding rows (rbfkmeans.frame)
+        self.C: Tensor | None = None  # in the frame's coordinates
         self.counts: Tensor | None = None
         self.steps = 0
-        self.inertia = 0.0
+        self.inertia = 0.0  # in the frame's units
         self._seeding: list[tuple[Tensor, Tensor | None]] = []
+
+    def centers(self) -> Tensor:
+        """The centroids (k, d) in the data's coordinates."""
+        if self.C is None:
+            raise ValueError("no centroids yet: feed at least n_clusters rows first")
+        return self.frame.leave(self.C)
 
     def new_epoch(self) -> None:
         self.inertia = 0.0
@@ -117,7 +138,8 @@ class MiniBatchKMeans:
     def _step(self, X: Tensor, w: Tensor | None) -> None:
         assert self.C is not None
         assert self.counts is not None
-        self.C, self.counts, J = minibatch_step(self._data(X, w), self.C, self.counts, self.T,
+        self.C, self.counts, J = minibatch_step(self._data(self.frame.enter(X), w), self.C,
+                                                self.counts, self.frame.sq_to(self.T),
                                                 self.assignment)
         self.inertia += J
         self.steps += 1
@@ -134,7 +156,12 @@ class MiniBatchKMeans:
         if m < self.k:
             raise ValueError(f"n_samples={m} should be >= n_clusters={self.k} (the batches "
                              "hold fewer rows in all than clusters)")
-        self.C = kmeans_plusplus(self._data(X, w), self.k, generator=self.generator)
+        if not get_metric(self.metric).spherical:
+            self.frame = Frame.choose(X, w, chunk_size=self.chunk_size, comm=self.comm)
+        seed = int(torch.randint(2**31 - 1, (1,), generator=self.generator)) \
+            if callable(self.init) else 0  # a callable's RandomState
+        self.C = initial_centers(self._data(self.frame.enter(X), w), self.k,
+                                 self.frame.init(self.init), generator=self.generator, seed=seed)
         self.counts = torch.zeros(self.k, dtype=self.C.dtype, device=self.C.device)
         return X, w
 
@@ -166,11 +193,21 @@ def macqueen_updates(
     centroids projected back onto the unit sphere after every point (online spherical k-means).
     """
     entry = get_assignment(assignment)
-    T = check_temperature(T)
+    T = check_temperature(T, "T")
     geometry = get_metric(metric)
+    check_finite(check_matrix(X, "X", "(n, d)"), "X")
+    check_finite(check_matrix(C, "C", "(k, d)"), "C")
+    if C.shape[1] != X.shape[1] or C.shape[0] < 1:
+        raise ValueError(f"C must have shape (k, {X.shape[1]}) with k >= 1 to match X; got "
+                         f"{tuple(C.shape)}")
+    _check_counts(counts, C.shape[0])
+    if w is not None:
+        check_finite(check_vector(w, "w", X.shape[0]), "w")
+        if bool((w < 0).any()):
+            raise ValueError("w must be >= 0; got a negative entry")
     X = geometry.prepare(X, "X")
-    C = geometry.project(C.clone(), None, "C")
-    counts = counts.clone()
+    C = geometry.project(C.clone(), None, "C").to(X.dtype)
+    counts = counts.to(X.dtype).clone()
     hard = entry.hard or T == 0.0
     for i in range(X.shape[0]):
         x = X[i]  # (d,)

@@ -26,7 +26,7 @@ from torch import Tensor
 from . import kernels
 from ._validation import check_positive_int
 from .lloyd import LloydResult, lloyd
-from .passes import Data, nearest
+from .passes import Data, check_data, nearest
 
 __all__ = ["SwapResult", "swap_costs", "swap_search"]
 
@@ -233,7 +233,7 @@ def swap_costs(
     On a cosine ``data`` the costs are in the units of the spherical ``J`` (half the Euclidean
     ones of the normalised rows) and a trial starts from the halves projected onto the sphere.
     """
-    C = data.check_centroids(C)
+    C = check_data(data).check_centroids(C)
     k, d = C.shape
     labels = _check_labels(data, labels, k)
     power_iter = check_positive_int(power_iter, "power_iter")
@@ -309,6 +309,7 @@ def swap_search(
     to ``L`` in the round; an improvement resumes the search. Everything before that point is
     as without it, so the result's ``J`` is lower than or equal to the one without it.
     """
+    check_data(data)
     if not isinstance(start, LloydResult):
         raise TypeError(f"start must be a LloydResult; got {type(start).__name__}")
     if isinstance(max_swaps, bool) or not isinstance(max_swaps, int) or max_swaps < 0:

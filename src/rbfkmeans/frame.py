@@ -1,0 +1,188 @@
+r"""The frame a fit computes in: the data centred and rescaled when the raw values would cost
+accuracy or range.
+
+Every pass computes ``d_ij = ||x_i||^2 - 2 x_i . c_j + ||c_j||^2`` (one matrix product). Its
+terms are as large as ``||x||^2`` while the distance is as large as the spread, so rounding
+leaves an absolute error of about ``eps (||x_i||^2 + ||c_j||^2)``: on data far from the origin
+(a column of years, coordinates shifted by ``1e8``) the distances, and then the labels, are
+wrong. And squared values overflow or underflow long before the values do (float32 data of size
+``1e20`` or ``1e-20``). A translation and a power-of-two rescaling change neither the labels nor
+the memberships (the temperature is rescaled with the distances), so a fit runs on
+
+.. math::
+
+    x' = 2^e (x - \mu), \qquad c = 2^{-e} c' + \mu, \qquad d = 2^{-2e} d', \quad T = 2^{-2e} T',
+
+with ``mu`` the weighted mean when ``||mu||^2 > tr(Sigma)`` (the offset exceeds the spread: the
+expansion would lose more than a bit; else ``mu = 0`` and no copy is made), and ``e`` chosen so
+that the largest ``|x'|`` is about 1 when the largest ``|x - mu|`` lies outside
+``[2^-MAX_EXPONENT, 2^MAX_EXPONENT]`` (else ``e = 0``). Multiplying by a power of two is exact,
+so the rescaled fit is the same fit. The rounding of a distance is then ``eps`` times the spread,
+whatever the offset; data whose squared deviations (times ``4 d sum(w)``) overflow float64 have
+no representable objective and are refused with a ``ValueError`` naming ``X``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .distances import chunk_rows, iter_chunks
+
+if TYPE_CHECKING:
+    from .comm import Comm
+
+__all__ = ["MAX_EXPONENT", "Frame"]
+
+#: data whose largest deviation from the frame's origin lies within ``2^+-MAX_EXPONENT`` is not
+#: rescaled: its squared distances are far inside the range of float32
+MAX_EXPONENT = 40
+
+
+class Frame:
+    """``x' = 2^e (x - shift)``: the coordinates a fit computes in (module docstring).
+
+    ``shift`` (d,) or None, ``exponent`` ``e``. :meth:`enter` maps data or centroids into the
+    frame, :meth:`leave` maps centroids back, :meth:`sq_to` and :meth:`sq_from` convert squared
+    quantities (distances, objectives, temperatures).
+    """
+
+    def __init__(self, shift: Tensor | None = None, exponent: int = 0) -> None:
+        self.shift = shift
+        self.exponent = int(exponent)
+
+    @property
+    def identity(self) -> bool:
+        return self.shift is None and self.exponent == 0
+
+    def __repr__(self) -> str:
+        shifted = "none" if self.shift is None else f"({self.shift.numel()},)"
+        return f"Frame(shift={shifted}, exponent={self.exponent})"
+
+    @classmethod
+    @torch.no_grad()
+    def choose(cls, X: Tensor, sample_weight: Tensor | None = None, *,
+               chunk_size: int | None = None, comm: Comm | None = None,
+               name: str = "X") -> Frame:
+        """The frame of the data ``X`` (n, d) with weights ``sample_weight`` (n,): two chunked
+        float64 passes (the weighted mean, then the largest deviations and the weighted
+        trace of the covariance), summed over ``comm``'s ranks. Raises ``ValueError`` naming
+        ``name`` when the data's squared deviations overflow float64."""
+        n, d = X.shape
+        dev = X.device
+        rows = chunk_rows(n, d, chunk_size)
+        tot = torch.zeros(1, dtype=torch.float64, device=dev)
+        s1 = torch.zeros(d, dtype=torch.float64, device=dev)
+        for s in iter_chunks(n, rows):
+            Xc = X[s].double()  # (b, d)
+            if sample_weight is None:
+                tot += Xc.shape[0]
+                s1 += Xc.sum(dim=0)
+            else:
+                wc = sample_weight[s].double()
+                tot += wc.sum()
+                s1 += wc @ Xc
+        if comm is not None:
+            comm.sum_(tot, s1)
+        if not float(tot) > 0:
+            return cls()
+        mu = s1 / tot  # (d,)
+        # per chunk: sum_i w_i ||x_i - mu||^2, max |x - mu|, max |x|
+        acc = torch.zeros(1, dtype=torch.float64, device=dev)
+        big = torch.zeros(2, dtype=torch.float64, device=dev)
+        for s in iter_chunks(n, rows):
+            Xc = X[s].double() - mu  # (b, d)
+            sq = (Xc * Xc).sum(dim=1)  # (b,)
+            acc += sq.sum() if sample_weight is None else sq @ sample_weight[s].double()
+            if Xc.numel():  # the chunk's own temporaries only
+                lo, hi = torch.aminmax(X[s])
+                big = torch.maximum(big, torch.stack([Xc.abs_().amax(),
+                                                      torch.maximum(-lo, hi).double()]))
+        if comm is not None:
+            comm.sum_(acc)
+            big = comm.all_gather(big.unsqueeze(0)).amax(dim=0)
+        trace = float(acc / tot)
+        spread, magnitude = (float(v) for v in big)
+        if not math.isfinite(trace) or not math.isfinite(float(tot) * 4.0 * d * spread * spread):
+            raise ValueError(
+                f"{name} spreads too far for float64: its squared deviations from the mean "
+                f"overflow (largest |x - mean| {spread:.3g} over {d} features and a total weight "
+                f"of {float(tot):.3g}); the supported range is "
+                "max |x - mean| * sqrt(4 d sum(w)) < 1.3e154. Rescale the data")
+        shifted = float(mu @ mu) > trace
+        largest = spread if shifted else magnitude
+        exponent = 0
+        if largest > 0 and not 2.0**-MAX_EXPONENT <= largest <= 2.0**MAX_EXPONENT:
+            exponent = -math.frexp(largest)[1]  # 2^e largest in [0.5, 1)
+        return cls(mu.to(X.dtype) if shifted else None, exponent)
+
+    # -- into and out of the frame -----------------------------------------------------------
+    def enter(self, X: Tensor, *, inplace: bool = False) -> Tensor:
+        """``2^e (X - shift)`` (..., d); ``X`` itself when the frame is the identity. With
+        ``inplace`` ``X`` (a tensor the caller owns) is overwritten."""
+        if self.identity:
+            return X
+        out = X
+        if self.shift is not None:
+            shift = self.shift.to(device=X.device, dtype=X.dtype)
+            out = out.sub_(shift) if inplace else out - shift
+            inplace = True
+        if self.exponent:
+            out = out.mul_(2.0**self.exponent) if inplace else out * 2.0**self.exponent
+        return out
+
+    def leave(self, C: Tensor) -> Tensor:
+        """Centroids ``C`` (..., d) in the data's coordinates: ``2^-e C + shift`` (a new tensor
+        unless the frame is the identity)."""
+        if self.exponent:
+            C = C * 2.0**-self.exponent
+        if self.shift is not None:
+            C = C + self.shift.to(device=C.device, dtype=C.dtype)
+        return C
+
+    def leave_numpy(self, C: np.ndarray) -> np.ndarray:
+        """:meth:`leave` for a NumPy array (the annealing history's centroids)."""
+        if self.identity:
+            return C
+        return self.leave(torch.from_numpy(np.asarray(C))).numpy()
+
+    def sq_to(self, value: float) -> float:
+        """A squared quantity (a temperature, a distance) in the frame's units: ``4^e value``."""
+        return math.ldexp(float(value), 2 * self.exponent)
+
+    def sq_from(self, value: float) -> float:
+        """A squared quantity of the frame in the data's units: ``4^-e value``."""
+        return math.ldexp(float(value), -2 * self.exponent)
+
+    def init(self, init: Any) -> Any:
+        """An estimator's ``init`` for a fit in this frame: a name as it is, an array mapped
+        into the frame, a callable wrapped so that it sees and returns the data's coordinates."""
+        if self.identity or isinstance(init, str):
+            return init
+        d = None if self.shift is None else self.shift.numel()
+        if callable(init):
+            user: Callable[..., Any] = init
+
+            def framed(X: np.ndarray, k: int, random_state: Any) -> np.ndarray:
+                C = np.asarray(user(self.leave_numpy(X), k, random_state))
+                if not _numeric_matrix(C, d):
+                    return C  # initial_centers names the problem
+                return self.enter(torch.from_numpy(C.astype(np.float64))).numpy()
+
+            return framed
+        C0 = np.asarray(init)
+        if not _numeric_matrix(C0, d):
+            return init  # initial_centers names the problem
+        return self.enter(torch.from_numpy(C0.astype(np.float64))).numpy()
+
+
+def _numeric_matrix(C: np.ndarray, d: int | None) -> bool:
+    """Whether ``C`` is a finite real (k, d) matrix (``d`` None: any width)."""
+    return (C.ndim == 2 and (d is None or C.shape[1] == d) and C.dtype != np.bool_
+            and np.issubdtype(C.dtype, np.number) and not np.iscomplexobj(C)
+            and bool(np.isfinite(C).all()))
