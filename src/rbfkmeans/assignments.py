@@ -75,6 +75,9 @@ def _free_energy_from(entropy: Callable[[Tensor], Tensor]) -> FreeEnergy:
     def free_energy(G: Tensor, R: Tensor | None) -> Tensor:
         if R is None:
             raise ValueError("this mapping's free energy needs the memberships R")
+        # gaps beyond the dtype's range (scores of -inf at a tiny T) sit where r = 0: capped,
+        # they add 0 * max = 0 instead of 0 * inf = NaN
+        G = G.clamp(max=torch.finfo(G.dtype).max)
         return torch.einsum("...k,...k->...", R, G) - entropy(R)
 
     return free_energy

@@ -17,6 +17,7 @@ centred (:mod:`rbfkmeans.frame`). Large ``n`` is processed in row chunks so that
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -164,6 +165,36 @@ def shifted_scores(D: torch.Tensor, T: float) -> tuple[torch.Tensor, torch.Tenso
         return None
     D_min = D.detach().amin(dim=-1, keepdim=True)  # (..., 1)
     return (D - D_min) / -two_T, D_min
+
+
+def membership_scores(D: torch.Tensor, T: float) -> torch.Tensor | None:
+    r""":func:`shifted_scores` for memberships ``R = m(z)``: the scores alone, and detached from
+    ``D`` when ``1 / (2T)`` is beyond ``D``'s dtype (``T < 1.5e-39`` in float32). There the
+    derivative ``dR/dD = J_m / (-2T)`` overflows to infinity, and meets a zero (a point on a
+    centroid, ``dD/dc = 2 (c - x) = 0``) as NaN; such memberships are treated as constants of
+    ``D``, as the hard ones of ``T = 0`` are (the forward is unchanged). ``None`` in the hard
+    limit."""
+    shifted = shifted_scores(D, T)
+    if shifted is None:
+        return None
+    if 2.0 * T * torch.finfo(D.dtype).max < 1.0:  # 1/(2T) overflows the dtype
+        return _ConstantIn.apply(shifted[0].detach(), D)
+    return shifted[0]
+
+
+class _ConstantIn(torch.autograd.Function):
+    """``z`` (already detached) as a function of ``D`` with derivative 0: the result stays in
+    the graph (a loss built on it can call ``backward``), and its gradient is exactly zero."""
+
+    @staticmethod
+    def forward(ctx: Any, z: torch.Tensor, D: torch.Tensor) -> torch.Tensor:
+        ctx.like = (D.shape, D.dtype, D.device)
+        return z.clone()
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[None, torch.Tensor]:
+        shape, dtype, device = ctx.like
+        return None, torch.zeros(shape, dtype=dtype, device=device)
 
 
 #: Below this many columns :func:`row_min` uses ``torch.min`` directly.

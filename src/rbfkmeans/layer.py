@@ -25,9 +25,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._validation import check_matrix, check_temperature, compute_dtype
+from ._validation import check_matrix, check_temperature, check_tensor, compute_dtype
 from .assignments import check_assignment, get_assignment
-from .distances import shifted_scores, sq_distances
+from .distances import membership_scores, sq_distances
 from .mappings import hardmax
 from .metrics import check_metric, get_metric, normalize_rows
 from .objectives import objective_from_distances
@@ -70,7 +70,14 @@ class KMeansLayer(nn.Module):
     ) -> None:
         super().__init__()
         self.metric = metric
-        C = torch.as_tensor(centroids).detach().clone()
+        if isinstance(centroids, str | bytes) or centroids is None:
+            raise TypeError("centroids must be a tensor or an array (k, d); got "
+                            f"{type(centroids).__name__}")
+        try:
+            C = torch.as_tensor(centroids).detach().clone()
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise TypeError(f"centroids must be a tensor or an array (k, d) of numbers; got "
+                            f"{type(centroids).__name__} ({exc})") from None
         check_matrix(C, "centroids", "(k, d)")
         if C.shape[0] < 1 or C.shape[1] < 1:
             raise ValueError(
@@ -142,8 +149,7 @@ class KMeansLayer(nn.Module):
 
     # -- computation ------------------------------------------------------------------------
     def _prepare(self, X: Tensor) -> Tensor:
-        if not isinstance(X, Tensor):
-            raise TypeError(f"X must be a torch.Tensor; got {type(X).__name__}")
+        check_tensor(X, "X")
         if X.dim() < 1 or X.shape[-1] != self.n_features:
             raise ValueError(
                 f"X must have shape (..., {self.n_features}) to match the centroids; "
@@ -193,16 +199,16 @@ class KMeansLayer(nn.Module):
         """
         D = self._sq(X)
         entry = get_assignment(self.assignment)
-        shifted = None
+        z = None
         if not entry.hard and self.temperature > 0:
-            shifted = shifted_scores(D, self.temperature)
-        if shifted is None:
+            z = membership_scores(D, self.temperature)
+        if z is None:
             return hardmax(-D, dim=-1)
         if entry.name == "softmax":
             # shifted scores are finite with maximum 0: the plain kernel needs no special-value
             # handling (and stays traceable, e.g. for ONNX export)
-            return torch.softmax(shifted[0], dim=-1)
-        return entry.forward(shifted[0], dim=-1)
+            return torch.softmax(z, dim=-1)
+        return entry.forward(z, dim=-1)
 
     def predict(self, X: Tensor) -> Tensor:
         """Index of the nearest centroid (ties to the lowest index), shape (...); for cosine

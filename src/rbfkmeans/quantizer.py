@@ -89,7 +89,7 @@ from ._validation import (
 )
 from .assignments import check_assignment, get_assignment
 from .comm import Comm
-from .distances import shifted_scores, sq_distances
+from .distances import membership_scores, sq_distances
 from .estimator import RBFKMeans
 from .metrics import check_metric, get_metric
 from .objectives import objective_from_distances
@@ -383,10 +383,10 @@ class VectorQuantizer(nn.Module):
     def _memberships(self, D: Tensor) -> Tensor | None:
         """``R = m(-D / 2T)`` (n, k) of the assignment, or None for the hard (one-hot) rule."""
         entry = get_assignment(self.assignment)
-        shifted = None if entry.hard else shifted_scores(D, self.temperature)
-        if shifted is None:
+        z = None if entry.hard else membership_scores(D, self.temperature)
+        if z is None:
             return None
-        return entry.forward(shifted[0], dim=1)
+        return entry.forward(z, dim=1)
 
     def _kmeans_step(self, N: Tensor, S: Tensor) -> None:
         """``n_j <- gamma n_j + N_j``, ``c_j <- c_j + (S_j - N_j c_j) / n_j``."""
