@@ -440,3 +440,15 @@ def test_delimiters(tmp_path: Path, capsys, value: str, sep: str) -> None:
     names, C = read_csv(tmp_path / "pts_centers.csv")
     assert names == ["u", "v"]
     np.testing.assert_array_equal(C, est.cluster_centers_)
+
+
+def test_extreme_values_fit_and_no_file_holds_a_nan(tmp_path: Path) -> None:
+    """float32 data near 1e30 fitted, then wrote a file of NaN memberships with exit 0; now the
+    fit computes in a rescaled frame and every output is finite, and a non-finite result
+    would be an error with nothing written."""
+    X, _ = make_blobs(60, 3, centers=3, random_state=0)
+    src = tmp_path / "huge.npy"
+    np.save(src, (X * 1e30).astype(np.float32))
+    assert main(["fit", str(src), "-k", "3"]) == 0
+    for part in ("labels", "memberships", "centers"):
+        assert np.isfinite(np.load(tmp_path / f"huge_{part}.npy")).all()

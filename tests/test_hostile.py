@@ -543,3 +543,16 @@ def test_ctrl_c_during_a_fit_is_a_keyboard_interrupt_and_leaves_the_model() -> N
     assert last[0] == "interrupted", out.stdout
     assert int(last[3]) == 0, out.stdout
     assert int(last[1]) >= 3, out.stdout
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e7])
+def test_fit_batches_starts_from_init(offset: float) -> None:
+    """``fit_batches`` ignored ``init``: with one batch of all rows it takes one mini-batch
+    step from the given centres, which is one Lloyd step (also far from the origin)."""
+    X = _blobs(11, n=90) + offset
+    C0 = X[[0, 30, 60, 89]]
+    est = rk.RBFKMeans(4, init=C0, random_state=0).fit_batches(X, batch_size=len(X))
+    labels = ((X[:, None, :] - C0[None]) ** 2).sum(-1).argmin(1)
+    step = np.stack([X[labels == j].mean(0) for j in range(4)])
+    np.testing.assert_allclose(est.cluster_centers_, step, rtol=1e-12, atol=1e-9)
+    assert est.n_iter_ == 1

@@ -436,6 +436,8 @@ def run_fit(args: argparse.Namespace) -> int:
     """Run ``rbfkmeans fit`` with parsed ``args``; returns the exit status (2 on bad input)."""
     import warnings
 
+    import numpy as np
+
     try:
         delimiter = parse_delimiter(args.delimiter, args.file)
         _check_input(args.file)
@@ -455,6 +457,9 @@ def run_fit(args: argparse.Namespace) -> int:
             warnings.simplefilter("always")
             est.fit(X)
             P = est.predict_proba(X)  # (n, k)
+        for name, result in (("memberships", P), ("centres", est.cluster_centers_)):
+            if not np.isfinite(result).all():  # a last guard: no file of NaN, ever
+                raise ValueError(f"the fit produced non-finite {name}; nothing was written")
         seconds = time.perf_counter() - t0
         n, d = X.shape
         k = est.n_clusters
