@@ -488,7 +488,7 @@ def test_bad_inputs_raise() -> None:
     with pytest.raises(RuntimeError, match="not fitted"):
         dc.predict(np.ones((5, 4)))
     with pytest.raises(ValueError, match="dataset must be one of"):
-        load_dataset("mnist")
+        load_dataset("emnist")
 
 
 @pytest.mark.parametrize(

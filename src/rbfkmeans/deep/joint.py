@@ -33,6 +33,17 @@ reconstructs the input. Training has three stages.
    to the power ``gamma`` (``target_balance``; 1 is DEC's rule):
    ``P_ij ∝ Rbar_ij^2 / (sum_l Rbar_lj)^gamma`` (:mod:`rbfkmeans.deep.losses`).
 
+   With ``consistency_weight`` ``eta > 0`` the loss also has ``eta * l_nc``, the agreement of the
+   layer's memberships of each row and of one of its neighbours (shifted by up to ``augment``
+   pixels on images), against the entropy of the batch's mean membership
+   (:func:`~rbfkmeans.deep.losses.neighbor_consistency_loss`).
+
+The neighbour graph (:func:`~rbfkmeans.deep.graph.knn_graph`: exact, by blocked products, on the
+inputs or on their ``graph_dims`` leading principal axes) gives the contrastive positives; the
+joint stage's targets, positives and vote use it too, or (``joint_graph="embedding"``) the graph
+of the pretrained embedding. No stage forms an (n, n) matrix, and the per-epoch passes over all
+rows (embeddings, memberships, targets, labels) go a block of rows at a time.
+
 The fitted labels of the training rows are the argmax of ``Rbar``, the memberships averaged
 over the same neighbours (the vote the targets sharpen; ``neighbor_labels``); :meth:`predict`,
 for any rows, is the layer's nearest centroid.
@@ -46,30 +57,28 @@ merged with another, by splitting the largest cluster along its principal axis.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..assignments import check_assignment, get_assignment
+from ..assignments import check_assignment
 from ..layer import KMeansLayer
 from ..schedules import critical_temperature
 from ._parameters import RULES
-from .guard import collapse_guard
-from .losses import (
-    fenchel_young_loss,
-    neighbor_average,
-    neighbor_contrastive_loss,
-    self_training_targets,
-)
-from .start import epoch_temperatures, init_centroids
+from .augment import check_image_shape
+from .graph import knn_graph
+from .inference import InferenceMixin
+from .pretrain import PretrainMixin
+from .stage import JointStageMixin
+from .start import init_centroids
 
 __all__ = ["DeepClusterer"]
 
 
-class DeepClusterer:
+class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
     r"""Joint training of an encoder, an optional decoder and a k-means layer (module docstring).
 
     Parameters
@@ -103,6 +112,22 @@ class DeepClusterer:
         ``n_neighbors`` input-space neighbours' (``Rbar``, the average the targets sharpen:
         :func:`~rbfkmeans.deep.losses.neighbor_average`); ``False``, or ``n_neighbors = 0``:
         the layer's nearest centroid, as :meth:`predict` gives for any rows.
+    augment : int, default 0
+        Images only (``image_shape``): each contrastive or consistency positive, and its row,
+        translated by a random offset of up to this many pixels
+        (:func:`~rbfkmeans.deep.augment.random_shift`); 0: none.
+    image_shape : (h, w) or (c, h, w), optional
+        How a row of ``X`` is an image (needed by ``augment``).
+    graph_dims : int, optional
+        Build the input-space neighbour graph on the rows' leading ``graph_dims`` principal axes
+        (default: on the full rows).
+    joint_graph : {"input", "embedding"}, default "input"
+        The graph of the joint stage's targets, positives and vote: the input-space graph, or the
+        kNN graph of the pretrained embedding.
+    consistency_weight : float, default 0.0
+        ``eta``: weight of the neighbour-consistency term in the joint loss (0: none).
+    entropy_weight : float, default 5.0
+        ``omega`` of that term: weight of the batch's mean-membership entropy.
     T_start, T_end : float
         Temperatures of the first and last joint epoch, in units of the critical temperature
         ``T_c`` of the initial embedding (:func:`rbfkmeans.schedules.critical_temperature`).
@@ -151,6 +176,12 @@ class DeepClusterer:
         target_balance: float = 0.5,
         normalize: bool = True,
         neighbor_labels: bool = True,
+        augment: int = 0,
+        image_shape: tuple[int, ...] | None = None,
+        graph_dims: int | None = None,
+        joint_graph: str = "input",
+        consistency_weight: float = 0.0,
+        entropy_weight: float = 5.0,
         T_start: float = 0.03,
         T_end: float = 0.03,
         pretrain_epochs: int = 200,
@@ -183,6 +214,12 @@ class DeepClusterer:
         self.target_balance = target_balance
         self.normalize = normalize
         self.neighbor_labels = neighbor_labels
+        self.augment = augment
+        self.image_shape = image_shape
+        self.graph_dims = graph_dims
+        self.joint_graph = joint_graph
+        self.consistency_weight = consistency_weight
+        self.entropy_weight = entropy_weight
         self.T_start = T_start
         self.T_end = T_end
         self.pretrain_epochs = pretrain_epochs
@@ -216,6 +253,28 @@ class DeepClusterer:
         encoder, decoder = mlp_autoencoder(n_features, hidden, n_latent, seed=random_state)
         return cls(encoder, decoder, n_clusters, random_state=random_state, **kwargs)
 
+    @classmethod
+    def cnn(
+        cls,
+        image_shape: tuple[int, ...],
+        n_clusters: int,
+        *,
+        channels: tuple[int, ...] = (16, 32),
+        hidden: int = 256,
+        n_latent: int = 10,
+        random_state: int = 0,
+        **kwargs: Any,
+    ) -> DeepClusterer:
+        """A clusterer with a fresh small CNN encoder (:func:`rbfkmeans.deep.models.cnn_encoder`,
+        seeded by ``random_state``) and no decoder, for images stored as rows of pixels of
+        ``image_shape``: pretraining is the contrastive term alone."""
+        from .models import cnn_encoder
+
+        encoder = cnn_encoder(image_shape, n_latent, channels=channels, hidden=hidden,
+                              seed=random_state)
+        return cls(encoder, None, n_clusters, image_shape=tuple(image_shape),
+                   random_state=random_state, **kwargs)
+
     def _check_params(self) -> None:
         for name, (rule, ok) in RULES.items():
             value = getattr(self, name)
@@ -225,6 +284,11 @@ class DeepClusterer:
             raise ValueError(
                 f"T_start must be >= T_end; got T_start={self.T_start!r}, T_end={self.T_end!r}"
             )
+        if self.image_shape is not None:
+            check_image_shape(self.image_shape)
+        if self.augment > 0 and self.image_shape is None:
+            raise ValueError(f"augment={self.augment!r} shifts images: it needs image_shape; got "
+                             "image_shape=None")
 
     # -- helpers ------------------------------------------------------------------------------
     @property
@@ -249,11 +313,9 @@ class DeepClusterer:
         Xt = Xt.to(device=self._device, dtype=torch.float32)
         if not torch.isfinite(Xt).all():
             raise ValueError("X must be finite; got NaN or inf entries")
+        if self.image_shape is not None:
+            check_image_shape(self.image_shape, Xt.shape[1])
         return Xt
-
-    def _embed(self, X: Tensor) -> Tensor:
-        Z = self.encoder(X)  # (n, p)
-        return F.normalize(Z, dim=1) if self.normalize else Z
 
     def _params(self) -> list[Tensor]:
         params: list[Tensor] = list(self.encoder.parameters())
@@ -270,78 +332,11 @@ class DeepClusterer:
 
         return tqdm(range(total), desc=desc, disable=not self.verbose, leave=False)
 
-    # -- the loss -----------------------------------------------------------------------------
-    def loss(self, X: Tensor, P: Tensor | None = None) -> dict[str, Tensor]:
-        """The joint loss ``L`` (module docstring) on a batch ``X`` (b, d) with targets ``P``
-        (b, k) (the self-training term is skipped without them). Returns the total and its terms;
-        differentiable in the encoder, the decoder and the centroids."""
-        if not hasattr(self, "layer_"):
-            raise RuntimeError("the k-means layer does not exist yet: call init_layer or fit first")
-        Z = self._embed(X)  # (b, p)
-        zero = Z.new_zeros(())
-        terms = {"kmeans": zero, "recon": zero, "self_training": zero}
-        T = self.layer_.temperature
-        if self.kmeans_weight > 0:
-            terms["kmeans"] = self.layer_.objective(Z) / X.shape[0]
-        if self.decoder is not None and self.recon_weight > 0:
-            terms["recon"] = F.mse_loss(self.decoder(Z), X)
-        if P is not None and self.self_training_weight > 0:
-            D = self.layer_.distances(Z)  # (b, k)
-            terms["self_training"] = fenchel_young_loss(D, P, T, self.assignment)
-        total = (
-            self.kmeans_weight * terms["kmeans"]
-            + self.recon_weight * terms["recon"]
-            + self.self_training_weight * terms["self_training"]
-        )
-        return {"total": total, **terms}
+    def _neighbors(self, Xt: Tensor) -> Tensor:
+        """The input-space graph (n, m) (:func:`~rbfkmeans.deep.graph.knn_graph`)."""
+        return knn_graph(Xt, self.n_neighbors, dims=self.graph_dims, progress=self.verbose)
 
     # -- stages -------------------------------------------------------------------------------
-    def pretrain(self, X: Any) -> DeepClusterer:
-        """Train encoder and decoder on ``L_pre`` (module docstring): reconstruction plus
-        ``contrastive_weight`` times the neighbour-contrastive loss, for ``pretrain_epochs``."""
-        return self._pretrain(self._as_tensor(X), None)
-
-    def _pretrain(self, Xt: Tensor, neighbors: Tensor | None) -> DeepClusterer:
-        """:meth:`pretrain` on a checked ``Xt``, with its kNN graph when the caller has it."""
-        self.pretrain_history_: list[float] = []
-        contrastive = self.contrastive_weight > 0 and self.n_neighbors > 0 and Xt.shape[0] > 1
-        if self.pretrain_epochs == 0 or (self.decoder is None and not contrastive):
-            self.pretrained_ = True
-            return self
-        if not contrastive:
-            neighbors = None
-        elif neighbors is None:
-            neighbors = self._neighbors(Xt)
-        gen = torch.Generator().manual_seed(self.random_state)
-        opt = torch.optim.Adam(self._params(), lr=self.pretrain_lr)
-        self.encoder.train()
-        if self.decoder is not None:
-            self.decoder.train()
-        bar = self._progress(self.pretrain_epochs, "pretrain")
-        for _ in bar:
-            total = 0.0
-            for idx in self._batches(Xt.shape[0], gen):
-                xb = Xt[idx]
-                zb = self._embed(xb)
-                loss = zb.new_zeros(())
-                if self.decoder is not None:
-                    loss = loss + F.mse_loss(self.decoder(zb), xb)
-                if neighbors is not None:
-                    pick = torch.randint(neighbors.shape[1], (idx.numel(),), generator=gen)
-                    z_pos = self._embed(Xt[neighbors[idx, pick.to(idx.device)]])
-                    loss = loss + self.contrastive_weight * neighbor_contrastive_loss(
-                        F.normalize(zb, dim=1), F.normalize(z_pos, dim=1),
-                        self.contrastive_temperature,
-                    )
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                total += float(loss.detach()) * idx.numel()
-            self.pretrain_history_.append(total / Xt.shape[0])
-            bar.set_postfix(loss=f"{self.pretrain_history_[-1]:.4f}")
-        self.pretrained_ = True
-        return self
-
     def init_layer(self, X: Any) -> DeepClusterer:
         """Initialise the k-means layer: RBFKMeans on the current embedding of ``X``; sets
         ``layer_``, ``init_labels_``, ``init_embedding_``, ``critical_temperature_``."""
@@ -362,113 +357,29 @@ class DeepClusterer:
 
     def fit(self, X: Any, y: Any = None) -> DeepClusterer:
         """Pretrain (unless done already), initialise the layer, then train jointly (module
-        docstring). ``y`` is ignored."""
+        docstring). ``y`` is ignored. ``timings_`` holds the seconds of each stage."""
+        t0 = time.perf_counter()
         Xt = self._as_tensor(X)
         n, k = Xt.shape[0], self.n_clusters
         if n < k:
             raise ValueError(f"X must have at least n_clusters={k} rows; got {n}")
-        neighbors = self._neighbors(Xt) if self.n_neighbors > 0 else None  # (n, m), used twice
+        neighbors = self._neighbors(Xt) if self.n_neighbors > 0 else None  # (n, m)
+        self.timings_: dict[str, float] = {"graph_s": time.perf_counter() - t0}
+        t0 = time.perf_counter()
         if not self.pretrained_:
             self._pretrain(Xt, neighbors)
+        self.timings_["pretrain_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
         self.init_layer(Xt)
-        layer = self.layer_
-        Tc = self.critical_temperature_
-        if self.epochs == 0:
-            temps = np.zeros(0)
-        elif get_assignment(self.assignment).hard or Tc <= 0:
-            temps = np.zeros(self.epochs)
-        else:
-            temps = epoch_temperatures(self.T_start * Tc, self.T_end * Tc, self.epochs)
-        self.temperatures_ = temps
-        gen = torch.Generator().manual_seed(self.random_state + 1)
-        opt = torch.optim.Adam([*self._params(), layer.centroids], lr=self.lr)
-        self.history_: list[dict[str, Any]] = []
-        labels = torch.as_tensor(self.init_labels_, device=self._device)
-        P_all: Tensor | None = None
-        bar = self._progress(self.epochs, "joint")
-        for epoch in bar:
-            layer.temperature = float(temps[epoch])
-            if self.self_training_weight > 0 and epoch % self.target_update == 0:
-                with torch.no_grad():
-                    P_all = self_training_targets(layer(self._embed_all(Xt)), neighbors,
-                                                  self.target_balance)
-            self.encoder.train()
-            if self.decoder is not None:
-                self.decoder.train()
-            sums = {"total": 0.0, "kmeans": 0.0, "recon": 0.0, "self_training": 0.0}
-            for idx in self._batches(n, gen):
-                terms = self.loss(Xt[idx], None if P_all is None else P_all[idx])
-                opt.zero_grad()
-                terms["total"].backward()
-                opt.step()
-                for key in sums:
-                    sums[key] += float(terms[key].detach()) * idx.numel()
-            Z = self._embed_all(Xt)
-            reseeded = self._collapse_guard(Z, opt, self._reported_labels(Z, neighbors))
-            new_labels = layer.predict(Z)
-            changed = float((new_labels != labels).float().mean())
-            labels = new_labels
-            record = {"epoch": epoch, "T": layer.temperature, "reseeded": reseeded,
-                      "label_change": changed}
-            record.update({key: v / n for key, v in sums.items()})
-            self.history_.append(record)
-            bar.set_postfix(T=f"{layer.temperature:.3g}", loss=f"{record['total']:.4f}",
-                            changed=f"{changed:.3f}")
+        if neighbors is not None and self.joint_graph == "embedding":
+            neighbors = knn_graph(torch.as_tensor(self.init_embedding_, device=self._device),
+                                  self.n_neighbors, progress=self.verbose)
+        self.timings_["start_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        self._joint(Xt, neighbors)
         self.labels_ = self._reported_labels(self._embed_all(Xt), neighbors).cpu().numpy()
+        self.timings_["joint_s"] = time.perf_counter() - t0
         return self
-
-    @torch.no_grad()
-    def _reported_labels(self, Z: Tensor, neighbors: Tensor | None) -> Tensor:
-        """The labels ``fit`` reports for embeddings ``Z`` (n, p): the argmax of the memberships
-        averaged over the input-space ``neighbors`` (``neighbor_labels``), else the nearest
-        centroid."""
-        if self.neighbor_labels and neighbors is not None:
-            return neighbor_average(self.layer_(Z), neighbors).argmax(dim=1)
-        return self.layer_.predict(Z)
-
-    # -- collapse guard -----------------------------------------------------------------------
-    def _collapse_guard(self, Z: Tensor, opt: torch.optim.Optimizer | None = None,
-                        labels: Tensor | None = None) -> list[int]:
-        """:func:`rbfkmeans.deep.guard.collapse_guard` with this clusterer's thresholds, counting
-        clusters by ``labels`` (default: nearest centroid)."""
-        return collapse_guard(self.layer_, Z, self.min_cluster_fraction, self.merge_tol, opt,
-                              labels)
-
-    # -- inference ----------------------------------------------------------------------------
-    @torch.no_grad()
-    def _embed_all(self, Xt: Tensor) -> Tensor:
-        self.encoder.eval()
-        out = [self._embed(Xt[s : s + 4096]) for s in range(0, Xt.shape[0], 4096)]
-        return torch.cat(out)
-
-    def _neighbors(self, Xt: Tensor) -> Tensor:
-        from sklearn.neighbors import NearestNeighbors
-
-        m = min(self.n_neighbors, Xt.shape[0] - 1)
-        Xn = Xt.cpu().numpy()
-        idx = NearestNeighbors(n_neighbors=m + 1).fit(Xn).kneighbors(Xn, return_distance=False)
-        return torch.as_tensor(idx[:, 1:], device=self._device)  # (n, m), self excluded
-
-    def transform(self, X: Any) -> np.ndarray:
-        """Embeddings (n, p) of ``X`` (normalised when ``normalize``)."""
-        return self._embed_all(self._as_tensor(X)).cpu().numpy()
-
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "layer_"):
-            raise RuntimeError("this DeepClusterer is not fitted yet: call fit first")
-
-    def predict(self, X: Any) -> np.ndarray:
-        """Nearest centroid (n,) of each embedded row of ``X``."""
-        self._check_fitted()
-        Z = self._embed_all(self._as_tensor(X))
-        return self.layer_.predict(Z).cpu().numpy()
-
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """Memberships ``R`` (n, k) at the last temperature of the fit."""
-        self._check_fitted()
-        with torch.no_grad():
-            R = self.layer_(self._embed_all(self._as_tensor(X)))
-        return R.cpu().numpy()
 
     def fit_predict(self, X: Any, y: Any = None) -> np.ndarray:
         return self.fit(X).labels_

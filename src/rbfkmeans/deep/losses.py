@@ -30,24 +30,43 @@ r"""The loss terms of joint training, as pure functions of tensors.
         + \log \frac{e^{z_i^\top z'_i/\tau}}{\sum_l e^{z_l^\top z'_i/\tau}}\Big).
 
   It pulls the neighbour graph's edges together and pushes the rest apart, so the embedding
-  that the k-means layer starts from already has the graph's clusters.
+  that the k-means layer starts from already has the graph's clusters;
+* :func:`neighbor_consistency_loss` -- agreement of the k-means layer's memberships across the
+  graph's edges, with the entropy of the batch's mean membership as a counterweight (a
+  clustering head trained on neighbours, as in SCAN, Van Gansbeke et al. 2020, with the k-means
+  layer as the head):
+
+  .. math::
+
+      \ell_{nc} = -\frac{1}{b}\sum_{i=1}^{b} \log \langle R_i, R_{n(i)} \rangle
+                 + \omega \big(\log k - H(\tfrac{1}{b}\textstyle\sum_i R_i)\big).
+
+The targets of a minibatch are built from the memberships of all rows (n, k) a block at a time
+(:func:`target_sizes`, :func:`batch_targets`): no (n, k) average or target matrix is formed.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from ..assignments import get_assignment
+from ..distances import iter_chunks
 from ..objectives import objective_from_distances
+from .graph import neighbor_average
 
 __all__ = [
+    "batch_targets",
     "fenchel_young_loss",
     "mapping_entropy",
     "neighbor_average",
+    "neighbor_consistency_loss",
     "neighbor_contrastive_loss",
     "self_training_targets",
+    "target_sizes",
 ]
 
 
@@ -73,14 +92,29 @@ def fenchel_young_loss(D: Tensor, P: Tensor, T: float, assignment: str) -> Tenso
     return gap / (2.0 * T)
 
 
+def target_sizes(R: Tensor, neighbors: Tensor | None = None) -> Tensor:
+    r"""Soft cluster sizes ``f_j = sum_i Rbar_ij`` (k,) of the neighbour-averaged memberships,
+    summed a block of rows at a time (``Rbar = R`` without ``neighbors``)."""
+    if neighbors is None:
+        return R.sum(dim=0)
+    f = R.new_zeros(R.shape[1])  # (k,)
+    for block in iter_chunks(R.shape[0], 8192):
+        f += neighbor_average(R, neighbors, block).sum(dim=0)
+    return f
+
+
 @torch.no_grad()
-def neighbor_average(R: Tensor, neighbors: Tensor) -> Tensor:
-    r"""``Rbar_i = (R_i + sum_{l in N(i)} R_l) / (m + 1)`` (n, k): each row of ``R`` averaged with
-    its ``m`` neighbours' (``neighbors`` (n, m) row indices)."""
-    if neighbors.ndim != 2 or neighbors.shape[0] != R.shape[0]:
-        raise ValueError(f"neighbors must be (n, m) with n = {R.shape[0]} rows of R; got "
-                         f"{tuple(neighbors.shape)}")
-    return (R + R[neighbors].sum(dim=1)) / (neighbors.shape[1] + 1)
+def batch_targets(R: Tensor, rows: Tensor | slice, neighbors: Tensor | None, sizes: Tensor,
+                  balance: float = 1.0) -> Tensor:
+    r"""The targets ``P`` (b, k) of the rows ``rows`` only (module docstring), from the
+    memberships ``R`` (n, k) of every row, the graph ``neighbors`` (n, m) (optional) and the soft
+    cluster sizes ``sizes`` (k,) of :func:`target_sizes`: a minibatch's targets without building
+    the (n, k) targets of all rows."""
+    if not 0.0 <= balance <= 1.0:
+        raise ValueError(f"balance must be a number in [0, 1]; got {balance!r}")
+    Rbar = R[rows] if neighbors is None else neighbor_average(R, neighbors, rows)  # (b, k)
+    P = Rbar.square() / sizes.clamp_min(1e-12).pow(balance)  # (b, k)
+    return P / P.sum(dim=1, keepdim=True).clamp_min(1e-12)
 
 
 def self_training_targets(
@@ -91,10 +125,7 @@ def self_training_targets(
     ``P_ij ∝ Rbar_ij^2 / (sum_l Rbar_lj)^balance`` (``balance = 1``: DEC's rule)."""
     if not 0.0 <= balance <= 1.0:
         raise ValueError(f"balance must be a number in [0, 1]; got {balance!r}")
-    Rbar = R if neighbors is None else neighbor_average(R, neighbors)
-    f = Rbar.sum(dim=0).clamp_min(1e-12)  # (k,) soft cluster sizes
-    P = Rbar.square() / f.pow(balance)  # (n, k)
-    return P / P.sum(dim=1, keepdim=True).clamp_min(1e-12)
+    return batch_targets(R, slice(None), neighbors, target_sizes(R, neighbors), balance)
 
 
 def neighbor_contrastive_loss(Z: Tensor, Z_pos: Tensor, tau: float = 0.5) -> Tensor:
@@ -108,3 +139,20 @@ def neighbor_contrastive_loss(Z: Tensor, Z_pos: Tensor, tau: float = 0.5) -> Ten
     logits = Z @ Z_pos.T / tau  # (b, b)
     target = torch.arange(Z.shape[0], device=Z.device)
     return 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target))
+
+
+def neighbor_consistency_loss(R: Tensor, R_pos: Tensor, entropy_weight: float = 1.0) -> Tensor:
+    r"""``-mean_i log <R_i, R'_i> + omega (log k - H(mean_i R_i))`` (module docstring): memberships
+    ``R`` (b, k) of a batch and ``R_pos`` (b, k) of their positives (a neighbour, or a shifted
+    copy) should agree, while the batch's mean membership stays spread over the ``k`` clusters
+    (``omega = entropy_weight``; without it every row could join one cluster). ``<R_i, R'_i>`` is
+    clamped at ``1e-8``, so sparse mappings with disjoint supports give a finite loss."""
+    if R.shape != R_pos.shape or R.ndim != 2:
+        raise ValueError(f"R and R_pos must be (b, k) of one shape; got {tuple(R.shape)} and "
+                         f"{tuple(R_pos.shape)}")
+    if not 0.0 <= entropy_weight < math.inf:
+        raise ValueError(f"entropy_weight must be a finite number >= 0; got {entropy_weight!r}")
+    agree = -(R * R_pos).sum(dim=1).clamp_min(1e-8).log().mean()
+    mean = R.mean(dim=0)  # (k,)
+    entropy = -(mean * mean.clamp_min(1e-12).log()).sum()
+    return agree + entropy_weight * (math.log(R.shape[1]) - entropy)

@@ -1,0 +1,78 @@
+"""The deep clusterer's inference half: embeddings, memberships and labels of any rows, a block
+of rows at a time.
+
+* :meth:`InferenceMixin.transform` -- embeddings ``z = f(x)`` (normalised when ``normalize``);
+* :meth:`InferenceMixin.predict` -- the layer's nearest centroid;
+* :meth:`InferenceMixin.predict_proba` -- the layer's memberships ``R`` at the fit's last
+  temperature;
+* the labels ``fit`` reports for its training rows: the argmax of the memberships averaged over
+  the neighbour graph (:func:`~rbfkmeans.deep.graph.neighbor_average`), or the nearest centroid.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..distances import iter_chunks
+from .graph import neighbor_average
+
+__all__ = ["EMBED_ROWS", "InferenceMixin"]
+
+#: Rows embedded at once by the inference passes.
+EMBED_ROWS = 4096
+
+
+class InferenceMixin:
+    """Inference for :class:`~rbfkmeans.deep.joint.DeepClusterer` (``self`` is the clusterer)."""
+
+    def _embed(self: Any, X: Tensor) -> Tensor:
+        Z = self.encoder(X)  # (n, p)
+        return F.normalize(Z, dim=1) if self.normalize else Z
+
+    @torch.no_grad()
+    def _embed_all(self: Any, Xt: Tensor) -> Tensor:
+        """Embeddings (n, p) of every row, :data:`EMBED_ROWS` rows at a time, in eval mode."""
+        self.encoder.eval()
+        return torch.cat([self._embed(Xt[rows]) for rows in iter_chunks(Xt.shape[0], EMBED_ROWS)])
+
+    @torch.no_grad()
+    def _memberships(self: Any, Z: Tensor) -> Tensor:
+        """The layer's memberships ``R`` (n, k) of embeddings ``Z`` (n, p), a block at a time."""
+        return torch.cat([self.layer_(Z[rows]) for rows in iter_chunks(Z.shape[0], EMBED_ROWS)])
+
+    @torch.no_grad()
+    def _nearest(self: Any, Z: Tensor) -> Tensor:
+        """The layer's nearest centroid (n,) of embeddings ``Z`` (n, p), a block at a time."""
+        return torch.cat([self.layer_.predict(Z[rows])
+                          for rows in iter_chunks(Z.shape[0], EMBED_ROWS)])
+
+    @torch.no_grad()
+    def _reported_labels(self: Any, Z: Tensor, neighbors: Tensor | None) -> Tensor:
+        """The labels ``fit`` reports for embeddings ``Z`` (n, p): the argmax of the memberships
+        averaged over the ``neighbors`` (``neighbor_labels``), else the nearest centroid."""
+        if self.neighbor_labels and neighbors is not None:
+            return neighbor_average(self._memberships(Z), neighbors).argmax(dim=1)
+        return self._nearest(Z)
+
+    def transform(self: Any, X: Any) -> np.ndarray:
+        """Embeddings (n, p) of ``X`` (normalised when ``normalize``)."""
+        return self._embed_all(self._as_tensor(X)).cpu().numpy()
+
+    def _check_fitted(self: Any) -> None:
+        if not hasattr(self, "layer_"):
+            raise RuntimeError("this DeepClusterer is not fitted yet: call fit first")
+
+    def predict(self: Any, X: Any) -> np.ndarray:
+        """Nearest centroid (n,) of each embedded row of ``X``."""
+        self._check_fitted()
+        return self._nearest(self._embed_all(self._as_tensor(X))).cpu().numpy()
+
+    def predict_proba(self: Any, X: Any) -> np.ndarray:
+        """Memberships ``R`` (n, k) at the last temperature of the fit."""
+        self._check_fitted()
+        return self._memberships(self._embed_all(self._as_tensor(X))).cpu().numpy()

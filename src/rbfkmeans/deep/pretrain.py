@@ -1,0 +1,95 @@
+r"""Pretraining of the deep clusterer's networks, and the positives both stages draw.
+
+``L_pre = MSE(g(z), x) + mu * l_nce(z, z+; tau)`` per minibatch
+(:func:`~rbfkmeans.deep.losses.neighbor_contrastive_loss`), for ``pretrain_epochs`` epochs with
+Adam. The positive ``x+`` of a row is one of its ``m`` nearest neighbours in input space, drawn
+at random each time; with ``augment = s > 0`` (images only: ``image_shape``) the row and its
+positive are each translated by a random offset of up to ``s`` pixels
+(:func:`~rbfkmeans.deep.augment.random_shift`), so the pair differs by more than the graph's
+edge. Reconstruction always targets the unshifted row.
+
+:class:`PretrainMixin` holds this stage for :class:`~rbfkmeans.deep.joint.DeepClusterer`; it
+reads the clusterer's settings and networks and writes ``pretrain_history_`` and
+``pretrained_``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .augment import random_shift
+from .losses import neighbor_contrastive_loss
+
+__all__ = ["PretrainMixin"]
+
+
+class PretrainMixin:
+    """The pretraining stage (module docstring) of :class:`~rbfkmeans.deep.joint.DeepClusterer`
+    (``self`` is the clusterer: its networks, settings and helpers)."""
+
+    def _views(self: Any, Xt: Tensor, idx: Tensor, neighbors: Tensor,
+               gen: torch.Generator) -> tuple[Tensor, Tensor]:
+        """The rows ``idx`` of ``Xt`` and one random neighbour of each (from ``neighbors``
+        (n, m)), both shifted by up to ``augment`` pixels when it is > 0: (b, d) and (b, d)."""
+        pick = torch.randint(neighbors.shape[1], (idx.numel(),), generator=gen)
+        xb, xp = Xt[idx], Xt[neighbors[idx, pick.to(idx.device)]]
+        if self.augment > 0:
+            xb = random_shift(xb, self.image_shape, self.augment, gen)
+            xp = random_shift(xp, self.image_shape, self.augment, gen)
+        return xb, xp
+
+    def pretrain(self: Any, X: Any) -> Any:
+        """Train encoder and decoder on ``L_pre`` (module docstring): reconstruction plus
+        ``contrastive_weight`` times the neighbour-contrastive loss, for ``pretrain_epochs``."""
+        return self._pretrain(self._as_tensor(X), None)
+
+    def _pretrain(self: Any, Xt: Tensor, neighbors: Tensor | None) -> Any:
+        """:meth:`pretrain` on a checked ``Xt``, with its kNN graph when the caller has it."""
+        self.pretrain_history_: list[float] = []
+        contrastive = self.contrastive_weight > 0 and self.n_neighbors > 0 and Xt.shape[0] > 1
+        if self.pretrain_epochs == 0 or (self.decoder is None and not contrastive):
+            self.pretrained_ = True
+            return self
+        if not contrastive:
+            neighbors = None
+        elif neighbors is None:
+            neighbors = self._neighbors(Xt)
+        gen = torch.Generator().manual_seed(self.random_state)
+        opt = torch.optim.Adam(self._params(), lr=self.pretrain_lr)
+        self.encoder.train()
+        if self.decoder is not None:
+            self.decoder.train()
+        bar = self._progress(self.pretrain_epochs, "pretrain")
+        for _ in bar:
+            total = 0.0
+            for idx in self._batches(Xt.shape[0], gen):
+                loss = self._pretrain_step(Xt, idx, neighbors, gen)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                total += float(loss.detach()) * idx.numel()
+            self.pretrain_history_.append(total / Xt.shape[0])
+            bar.set_postfix(loss=f"{self.pretrain_history_[-1]:.4f}")
+        self.pretrained_ = True
+        return self
+
+    def _pretrain_step(self: Any, Xt: Tensor, idx: Tensor, neighbors: Tensor | None,
+                       gen: torch.Generator) -> Tensor:
+        """``L_pre`` of the minibatch ``idx``."""
+        if neighbors is None:
+            xb = Xt[idx]
+            zb = self._embed(xb)
+            return F.mse_loss(self.decoder(zb), xb)
+        xb, xp = self._views(Xt, idx, neighbors, gen)
+        zb = self._embed(xb)
+        loss = zb.new_zeros(())
+        if self.decoder is not None:
+            z_clean = zb if self.augment == 0 else self._embed(Xt[idx])
+            loss = loss + F.mse_loss(self.decoder(z_clean), Xt[idx])
+        z_pos = self._embed(xp)
+        return loss + self.contrastive_weight * neighbor_contrastive_loss(
+            F.normalize(zb, dim=1), F.normalize(z_pos, dim=1), self.contrastive_temperature)
