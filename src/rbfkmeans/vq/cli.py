@@ -1,4 +1,4 @@
-"""The ``vq`` subcommand: ``rbfkmeans vq --dataset digits --out DIR``."""
+"""The ``vq`` subcommand: ``rbfkmeans vq --dataset digits|mnist --out DIR``."""
 
 from __future__ import annotations
 
@@ -46,16 +46,19 @@ def _cmd_vq(args: argparse.Namespace) -> int:
 def add_vq_parser(sub: Any) -> None:
     """Register ``vq`` on the subparsers object ``sub`` of the main parser."""
     p = sub.add_parser(
-        "vq", help="a VQ autoencoder on digits: VectorQuantizer vs vector-quantize-pytorch",
+        "vq", help="a VQ autoencoder on digits or MNIST: VectorQuantizer vs "
+        "vector-quantize-pytorch",
         description="Train a small VQ autoencoder with rbfkmeans.VectorQuantizer (and the "
         "vector-quantize-pytorch package when installed) on the same networks, batches and "
         "seeds; write results.json and figures drawn from it.",
     )
-    p.add_argument("--dataset", choices=("digits",), default="digits")
+    p.add_argument("--dataset", choices=("digits", "mnist"), default="digits",
+                   help="digits (scikit-learn) or mnist (the mnist extra)")
     p.add_argument("--out", required=True, help="output folder (created)")
     p.add_argument("--seeds", type=int, default=3, help="runs with seeds 0..N-1 (default 3)")
-    p.add_argument("--steps", type=int, help="training steps (default 3000)")
-    p.add_argument("--codebook-size", type=int, help="codes in the codebook (default 128)")
+    p.add_argument("--steps", type=int, help="training steps (default 3000; mnist 5000)")
+    p.add_argument("--codebook-size", type=int,
+                   help="codes in the codebook (default 128; mnist 256)")
     p.add_argument("--quick", action="store_true", help="tiny settings (what the tests run)")
     p.add_argument("--no-peer", action="store_true",
                    help="leave vector-quantize-pytorch out even when it is installed")

@@ -1,5 +1,7 @@
 """The ``rbfkmeans vq`` experiment: a small VQ autoencoder on real digits, three quantisers.
 
+The data are scikit-learn's 8x8 digits (a stratified 80/20 split) or MNIST (``dataset="mnist"``:
+its 60,000 training and 10,000 test images, 784 pixels; the ``mnist`` extra).
 Each image ``x`` (64 pixels in [0, 1]) is encoded by an MLP (64 -> 128 -> ``slots * dim``) into
 ``slots`` vectors of length ``dim``; each vector is replaced by its nearest code of a codebook of
 ``codebook_size`` codes; an MLP decoder (``slots * dim`` -> 128 -> 64) reconstructs the image.
@@ -41,6 +43,8 @@ from .._validation import check_seeds
 from ..quantizer import VectorQuantizer, code_perplexity
 
 __all__ = [
+    "DATASETS",
+    "DATASET_DEFAULTS",
     "DEFAULTS",
     "METHODS",
     "PEER",
@@ -48,6 +52,7 @@ __all__ = [
     "VQAutoencoder",
     "default_config",
     "load_digits_split",
+    "load_split",
     "peer_version",
     "run_vq",
     "summarize",
@@ -77,14 +82,26 @@ DEFAULTS: dict[str, Any] = {
     "n_show": 10,  # held-out reconstructions kept for the figure
 }
 
+#: The data sets: scikit-learn's digits (a stratified split) and MNIST (its own split).
+DATASETS = ("digits", "mnist")
+
+#: Per data set: the settings that differ from :data:`DEFAULTS` (MNIST: 28x28 images, 60,000
+#: training rows; a wider network and codebook, longer training, bigger batches).
+DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
+    "mnist": {"hidden": 256, "codebook_size": 256, "steps": 5000, "batch_size": 256},
+}
+
 #: Tiny settings for tests and smoke runs.
 QUICK: dict[str, Any] = {"steps": 30, "codebook_size": 16, "batch_size": 64, "n_show": 4}
 
 
-def default_config(quick: bool = False, **overrides: Any) -> dict[str, Any]:
-    """:data:`DEFAULTS`, then :data:`QUICK` when ``quick``, then ``overrides`` (``None`` values
-    are ignored; an unknown name raises ``ValueError``)."""
+def default_config(quick: bool = False, dataset: str = "digits",
+                   **overrides: Any) -> dict[str, Any]:
+    """:data:`DEFAULTS`, then those of ``dataset`` (:data:`DATASET_DEFAULTS`), then :data:`QUICK`
+    when ``quick``, then ``overrides`` (``None`` values are ignored; an unknown name raises
+    ``ValueError``)."""
     cfg = dict(DEFAULTS)
+    cfg.update(DATASET_DEFAULTS.get(dataset, {}))
     if quick:
         cfg.update(QUICK)
     for key, value in overrides.items():
@@ -109,6 +126,21 @@ def load_digits_split(test_size: float, seed: int = 0) -> tuple[Tensor, Tensor]:
     X_train, X_test = train_test_split((X / 16.0).astype(np.float32), test_size=test_size,
                                        random_state=seed, stratify=y)
     return torch.from_numpy(X_train), torch.from_numpy(X_test)
+
+
+def load_split(dataset: str, test_size: float, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """Training and held-out rows of ``dataset``: digits split by :func:`load_digits_split`;
+    MNIST's own 60,000 training and 10,000 test images (pixels / 255; needs the ``mnist``
+    extra)."""
+    if dataset == "digits":
+        return load_digits_split(test_size, seed)
+    if dataset == "mnist":
+        from ..deep.datasets import mnist_store_path, read_mnist_store
+
+        path = mnist_store_path()
+        return (torch.from_numpy(read_mnist_store(path, "train")[0]),
+                torch.from_numpy(read_mnist_store(path, "test")[0]))
+    raise ValueError(f"dataset must be one of {', '.join(map(repr, DATASETS))}; got {dataset!r}")
 
 
 def peer_version() -> str | None:
@@ -210,8 +242,12 @@ def evaluate(model: VQAutoencoder, X_train: Tensor, X_test: Tensor,
              k: int) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
     """Held-out MSE, usage and perplexity, dead codes over the training set; the held-out code
     counts (k,) and reconstructions (n_test, n_features)."""
-    X_rec, test_idx, _ = model(X_test)
-    _, train_idx, _ = model(X_train)
+    def run(X: Tensor) -> tuple[Tensor, Tensor]:  # 8,192 rows at a time
+        parts = [model(X[s : s + 8192]) for s in range(0, X.shape[0], 8192)]
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+    X_rec, test_idx = run(X_test)
+    _, train_idx = run(X_train)
     used_test = torch.bincount(test_idx.reshape(-1), minlength=k)  # (k,)
     used_train = torch.bincount(train_idx.reshape(-1), minlength=k)  # (k,)
     metrics = {
@@ -263,13 +299,14 @@ def run_vq(
     """Run the experiment (module docstring) into the folder ``out``; returns the results (also
     written to ``out/results.json``). ``peer=False`` leaves the peer out even when installed;
     ``overrides`` replace entries of :data:`DEFAULTS`."""
-    if dataset != "digits":
-        raise ValueError(f"dataset must be 'digits'; got {dataset!r}")
-    cfg = default_config(quick, **overrides)
+    if dataset not in DATASETS:
+        raise ValueError(f"dataset must be one of {', '.join(map(repr, DATASETS))}; got "
+                         f"{dataset!r}")
+    cfg = default_config(quick, dataset, **overrides)
     seed_list = check_seeds(seeds)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    X_train, X_test = load_digits_split(cfg["test_size"])
+    X_train, X_test = load_split(dataset, cfg["test_size"])
     version = peer_version() if peer else None
     methods: dict[str, Any] = {}
     wall = time.perf_counter()
