@@ -256,7 +256,12 @@ def test_usable_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not kernels.usable(wide, 8, gains=2, scores=True)  # d x d gains: few features only
     assert not kernels.usable(X.requires_grad_(), 8)
     assert not kernels.usable(X.detach().to(torch.int64), 8)
-    assert not kernels.usable(torch.randn(50, 2), 1 << 20)  # partial sums too large
+    # partial sums too large for two blocks; large ones are cut into fewer blocks
+    assert not kernels.usable(torch.randn(50, 2), 1 << 22)
+    assert kernels.usable(torch.randn(50, 2), 1 << 20)
+    assert kernels._blocks(10**6, 1 << 20) == kernels.MAX_PARTIAL_ENTRIES // (1 << 20) == 8
+    assert kernels._blocks(10**6) == kernels.MAX_BLOCKS
+    assert kernels._blocks(1000) == 2
     monkeypatch.setenv("RBFKMEANS_KERNELS", "0")
     assert not kernels.usable(torch.randn(50, 2), 3)
 
@@ -402,7 +407,7 @@ def test_bounded_lloyd_passes_equal_full_passes_bit_for_bit(
     nb = kernels._blocks(n)
     none_i, none_f = np.empty(0, np.int64), np.empty(0)
     got = _lloyd_loops.lloyd(X, C0, w, 100, 0.0, nb, False, np.inf, 0.0, none_i, none_f,
-                             none_f, none_i)[:5]
+                             none_f, none_i, none_i, 2.0**-53)[:5]
     want = _lloyd_on_full_passes(X, C0, w, 100, nb)
     assert got[3:] == want[3:]
     np.testing.assert_array_equal(got[0], want[0])
@@ -411,6 +416,70 @@ def test_bounded_lloyd_passes_equal_full_passes_bit_for_bit(
         assert got[2] == want[2]
     elif want[3]:
         np.testing.assert_array_equal(got[1], want[1])
+
+
+def _wide_lloyd(X: np.ndarray, C0: np.ndarray, w: np.ndarray, grouped: bool,
+                max_iter: int = 100) -> tuple[np.ndarray, np.ndarray, float, int, int]:
+    """``_lloyd_loops.lloyd`` on wide data: bounded passes with the groups of
+    :func:`kernels.centroid_groups` (``grouped``), or full passes of ``hard_wide``."""
+    n, k = len(X), len(C0)
+    none_i, none_f = np.empty(0, np.int64), np.empty(0)
+    group_of = kernels.centroid_groups(torch.from_numpy(C0), kernels.bound_groups(n, k)).numpy() \
+        if grouped else none_i
+    with kernels._launch(blas=True):
+        return _lloyd_loops.lloyd(X, C0, w, max_iter, 0.0, kernels._blocks(n), True, np.inf,
+                                  0.0, none_i, none_f, none_f, none_i, group_of,
+                                  float(np.finfo(X.dtype).eps) / 2)[:5]
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 3000), d=st.integers(17, 80),
+       k=st.integers(1, 60), weighted=st.booleans(), single=st.booleans(),
+       spread=st.sampled_from([0.3, 3.0, 30.0]))
+def test_wide_bounded_lloyd_equals_full_passes(seed: int, n: int, d: int, k: int,
+                                               weighted: bool, single: bool,
+                                               spread: float) -> None:
+    """Wide data: the group bounds (Elkan's up to 16 centroids, Yinyang's groups beyond) skip
+    rows whose label provably stays; the scored rows take BLAS products of the gathered rows.
+    In float64, labels, iterations and stopping status equal those of full passes and the
+    centroids (from sums kept by the rows that move) do to rounding. In float32 a scored row's
+    product (a differently shaped BLAS call) can round differently from the full pass's where
+    two centroids are within rounding of each other (~1e-7 of ||x||^2), so the runs may part
+    at such a tie; both end at a fixed point of the same quality (J to 1e-4 here)."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(max(1, k // 2), d)) * spread
+    X = centers[rng.integers(0, len(centers), size=n)] + rng.normal(size=(n, d))
+    dt = np.float32 if single else np.float64
+    X = np.ascontiguousarray(X.astype(dt))
+    C0 = X[rng.integers(0, n, size=k)].copy()
+    w = (rng.uniform(0.1, 3.0, size=n) if weighted else np.empty(0)).astype(dt)
+    got, want = _wide_lloyd(X, C0, w, True), _wide_lloyd(X, C0, w, False)
+    if single:
+        if got[4] != 2 and want[4] != 2:
+            assert got[2] == pytest.approx(want[2], rel=1e-4)
+        return
+    assert got[3:] == want[3:]
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-11, atol=1e-9)
+    if want[4] != 2:
+        assert got[2] == pytest.approx(want[2], rel=1e-12)
+
+
+def test_wide_bound_groups() -> None:
+    """Elkan's bounds (a group per centroid) up to 16 centroids, ``k / 8`` groups of nearby
+    centroids beyond, within the memory cap; every group non-empty and made of near centroids:
+    each centroid is nearer its own group's mean than any other group's."""
+    assert kernels.bound_groups(1000, 10) == 10
+    assert kernels.bound_groups(1000, 256) == 32
+    assert kernels.bound_groups(10**9, 1024) == 1
+    rng = np.random.default_rng(0)
+    C = torch.from_numpy(rng.normal(size=(200, 12)) + 8.0 * rng.integers(0, 5, size=(200, 1)))
+    g = kernels.centroid_groups(C, 25)
+    assert g.min() == 0
+    assert torch.equal(torch.unique(g), torch.arange(int(g.max()) + 1))
+    means = torch.stack([C[g == j].mean(0) for j in range(int(g.max()) + 1)])
+    assert torch.equal(torch.cdist(C, means).argmin(1), g)
+    assert torch.equal(kernels.centroid_groups(C[:7], 10), torch.arange(7))
 
 
 @settings(max_examples=40, deadline=None)
@@ -590,9 +659,17 @@ def test_compiled_fixed_point_hands_an_empty_group_to_the_relocation(
 
 @pytest.mark.parametrize("name", SOFT)
 @pytest.mark.parametrize("chunk_size", [None, 150])
+@pytest.mark.parametrize("d", [40, 120])
 def test_wide_critical_pass_forms_the_gains_by_matrix_products(
-        name: str, chunk_size: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
-    X, w = _points(11, 700, 40, weighted=True)
+        name: str, chunk_size: int | None, d: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wide data: the gains by matrix products over each group's support (d = 40), or from
+    d = MATRIX_FREE_MIN_DIM on never formed, their top eigenpairs by Lanczos on products with
+    the support's rows (d = 120): the critical temperatures and axes of the torch pass's dense
+    gain matrices, in float64."""
+    from rbfkmeans import groups as groups_module
+
+    assert (d >= groups_module.MATRIX_FREE_MIN_DIM) == (d == 120)
+    X, w = _points(11, 700, d, weighted=True)
     data = Data(X, w, chunk_size=chunk_size)
     C = X[:5] * 0.9
     m = torch.tensor([3, 1, 2, 1, 2])
@@ -648,3 +725,27 @@ def test_predictions_label_rows_as_the_fit_passes_do(d: int) -> None:
         assert not torch.equal(nearest(data, Ct).labels, fit_pass)
     est = RBFKMeans(16, assignment="hard", max_iter=3, random_state=0).fit(X.numpy())
     np.testing.assert_array_equal(est.predict(X.numpy()), est.labels_)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_wide_swap_costs_equal_the_torch_passes(weighted: bool,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wide data: each cluster's scatter matrix times a vector and the halves' sums in compiled
+    sweeps (never a d x d matrix), equal to the torch passes and to the dense scatter product."""
+    X, w = _points(5, 2000, 60, weighted=weighted)
+    data = Data(X, w)
+    C = X[:7].clone()
+    labels = cluster_stats(data, C, 0.0, "hard", return_labels=True).labels
+    assert labels is not None
+    V = torch.randn(7, 60, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    U = kernels.scatter_pass(X, C, labels, V, w)
+    dense = torch.stack([
+        ((X[labels == a] - C[a]).T * (1.0 if w is None else w[labels == a])) @ (
+            (X[labels == a] - C[a]) @ V[a]) for a in range(7)])
+    torch.testing.assert_close(U, dense, rtol=1e-10, atol=1e-8)
+    fused = swap_costs(data, C, labels, generator=torch.Generator().manual_seed(1))
+    _torch_path(monkeypatch)
+    torch.testing.assert_close(U, _scatter_times(data, C, labels, V), rtol=1e-11, atol=1e-9)
+    plain = swap_costs(data, C, labels, generator=torch.Generator().manual_seed(1))
+    for a, b in zip(fused, plain, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)

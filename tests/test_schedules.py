@@ -11,11 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rbfkmeans.schedules import (
+    SAMPLE_SPREAD_MIN_DIM,
     covariance_eigmax,
     covariance_spread,
     critical_temperature,
     critical_temperature_factor,
     geometric_schedule,
+    sphere_spread,
+    top_eigenpair,
 )
 
 
@@ -97,3 +100,47 @@ def test_factor_errors() -> None:
         critical_temperature_factor("softermax", 3)
     with pytest.raises(ValueError, match="n_clusters"):
         critical_temperature_factor("softmax", 0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), m=st.integers(0, 60), d=st.integers(1, 40),
+       zero_weights=st.booleans())
+def test_top_eigenpair_equals_a_dense_decomposition(seed: int, m: int, d: int,
+                                                    zero_weights: bool) -> None:
+    """Lanczos on ``A v = Y^T (u * (Y v))`` gives the top eigenpair of ``A = Y^T diag(u) Y``
+    formed densely, in float64 (a zero ``A``: 0)."""
+    rng = np.random.default_rng(seed)
+    Y = torch.from_numpy(rng.normal(size=(m, d)) * rng.uniform(0.1, 5.0, size=d))
+    u = torch.from_numpy(rng.uniform(0.0, 2.0, size=m) * (0.0 if zero_weights else 1.0))
+    val, vec = top_eigenpair(Y, u)
+    A = Y.T @ (u.unsqueeze(1) * Y)
+    evals, evecs = torch.linalg.eigh(A)
+    top = float(evals[-1])
+    assert val == pytest.approx(max(top, 0.0), rel=1e-10, abs=1e-12 * (1 + abs(top)))
+    assert float(vec.norm()) == pytest.approx(1.0, rel=1e-12)
+    if top > 0 and (d == 1 or float(evals[-1] - evals[-2]) > 1e-6 * top):
+        assert float((vec @ evecs[:, -1]).abs()) == pytest.approx(1.0, rel=1e-8)
+
+
+def test_sampled_spread_of_wide_data() -> None:
+    """Wide data with more rows than ``sample``: the trace from all rows (exact), the top
+    eigenvalue that of a random sample's covariance (Lanczos); fewer rows, narrow data or
+    ``sample=None``: the dense computation, unchanged."""
+    rng = np.random.default_rng(1)
+    d = SAMPLE_SPREAD_MIN_DIM
+    X = torch.from_numpy(rng.normal(size=(3000, d)) * np.linspace(0.5, 3.0, d))
+    w = torch.from_numpy(rng.uniform(0.5, 2.0, size=3000))
+    exact = covariance_spread(X, w)
+    sampled = covariance_spread(X, w, sample=1000)
+    assert sampled[0] == pytest.approx(exact[0], rel=1e-12)
+    rows = torch.randperm(3000, generator=torch.Generator().manual_seed(0))[:1000]
+    assert sampled[1] == pytest.approx(covariance_spread(X[rows], w[rows])[1], rel=1e-10)
+    # a sample's top eigenvalue errs upwards by at most the Marchenko-Pastur edge (1+sqrt(d/m))^2
+    assert 0.9 * exact[1] <= sampled[1] <= (1 + math.sqrt(d / 1000)) ** 2 * exact[1]
+    assert covariance_spread(X, w, sample=3000) == exact
+    assert covariance_spread(X[:, :20], w, sample=10) == covariance_spread(X[:, :20], w)
+    s_exact = sphere_spread(X / X.norm(dim=1, keepdim=True), w)
+    s_sampled = sphere_spread(X / X.norm(dim=1, keepdim=True), w, sample=1000)
+    assert s_sampled[0] == pytest.approx(s_exact[0], rel=1e-12)
+    assert s_sampled[2] == pytest.approx(s_exact[2], rel=1e-12)
+    assert 0.9 * s_exact[1] <= s_sampled[1] <= (1 + math.sqrt(d / 1000)) ** 2 * s_exact[1]

@@ -30,6 +30,7 @@ import numpy as np
 from numba import njit, prange
 
 from ._loops import _add_row, _centroid_terms, _row_scores, hard_wide, sum_blocks
+from ._wide_loops import bounded_wide, label_sums, move_rows
 
 __all__ = ["bounded", "lloyd"]
 
@@ -162,7 +163,7 @@ def _moments(X, w, xs):
 
 @njit(cache=True, nogil=True)
 def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_upper, warm_lower,
-          moved):
+          moved, group_of, unit):
     """Lloyd iterations on bounded passes (:func:`bounded`; ``wide``: full passes of
     :func:`hard_wide`) with the stopping rules of :func:`rbfkmeans.lloyd.lloyd` (status 1), its
     give-up rule for a finite ``target`` (status 3: ``J_t - target > stall (J_{t-1} - J_t)``
@@ -177,14 +178,34 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
     and bounds a finished run left at centroids that equal ``C0`` except the rows ``moved``
     (labels renumbered to ``C0``'s rows, -1 where that centroid is gone or moved): the first
     pass then starts from them (:func:`bounded` with ``moved``) instead of scoring every row
-    against every centroid; its labels and sums are those of a full pass all the same."""
+    against every centroid; its labels and sums are those of a full pass all the same.
+
+    Wide data with ``group_of`` (k,; the group of each centroid, empty: full passes) runs on
+    :func:`rbfkmeans._wide_loops.bounded_wide` (``unit``: the dtype's unit roundoff): the same
+    labels as full passes, the sums kept by the rows that move (equal to a full pass's to
+    rounding; recomputed in full when a cluster may have emptied)."""
     n = X.shape[0]
     k, d = C0.shape
     C = C0.copy()
     lab = np.empty(n, dtype=np.int64)
     prev = np.zeros(n, dtype=np.int64)
-    xs = np.empty(0 if wide else n)  # the bounds' ||x_i||^2, upper and lower bounds
-    moments = _moments(X, w, xs) if np.isfinite(target) or not wide else 0.0
+    grouped = wide and group_of.shape[0] == k
+    xs = np.empty(0 if wide and not grouped else n)  # the bounds' ||x_i||^2
+    moments = _moments(X, w, xs) if np.isfinite(target) or not wide or grouped else 0.0
+    ngroups = 0
+    if grouped:
+        for j in range(k):
+            ngroups = max(ngroups, group_of[j] + 1)
+    lower_g = np.empty((n if grouped else 0, max(ngroups, 1)), dtype=np.float32)
+    upper_g = np.empty(n if grouped else 0)
+    N = np.zeros(k)
+    S = np.zeros((k, d))
+    count = np.zeros(k, dtype=np.int64)
+    total_w = n * 1.0
+    if w.shape[0]:
+        total_w = 0.0
+        for i in range(n):
+            total_w += np.float64(w[i])
     J_prev = np.inf
     upper = np.empty(xs.shape[0])
     lower = np.empty(xs.shape[0])
@@ -198,7 +219,18 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
     status = 0
     iters = max_iter
     for it in range(1, max_iter + 1):
-        if wide:
+        if grouped:
+            bounded_wide(X, C, prev, lab, upper_g, lower_g, xs, delta, group_of, ngroups, unit,
+                         it == 1, nb)
+            if it == 1:
+                N, S, count = label_sums(X, w, lab, k, nb)
+            else:
+                move_rows(X, w, prev, lab, N, S, count)
+                for j in range(k):  # a cluster that may have emptied: its sums exactly
+                    if count[j] == 0 or N[j] <= 1e-9 * total_w:
+                        N, S, count = label_sums(X, w, lab, k, nb)
+                        break
+        elif wide:
             N, S, _ = hard_wide(X, C, w, False, lab, nb)
         else:
             N, S, _ = bounded(X, C, w, prev, lab, upper, lower, xs, delta, it == 1 and not warm,
@@ -240,6 +272,7 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
             J_prev = J
     if wide:  # the labels and J at C: the pass of rbfkmeans.kernels.hard_pass
         J = hard_wide(X, C, w, True, lab, nb)[2]
+        return C, lab, J, iters, status, np.empty(0), np.empty(0)
     else:
         J = bounded(X, C, w, prev, lab, upper, lower, xs, delta, False, True, none, nb)[2]
     return C, lab, J, iters, status, upper, lower

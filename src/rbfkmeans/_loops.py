@@ -17,7 +17,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["WIDE_ROWS", "group", "halves", "hard", "hard_wide", "spread", "sum_blocks"]
+__all__ = ["WIDE_ROWS", "group", "halves", "hard", "hard_wide", "scatter_times", "spread",
+           "sum_blocks"]
 
 
 
@@ -374,6 +375,31 @@ def spread(X, C, labels, w, scatter, nb):
                 for v in range(d):
                     W[b, a, u, v] += yu * y[v]
     return sum_blocks(R), sum_blocks(W.reshape(nb, W.shape[1] * d * d)).reshape(-1, d, d)
+
+@njit(parallel=True, cache=True, nogil=True)
+def scatter_times(X, C, labels, V, w, nb):
+    """``U_a = sum_{a_i = a} w_i y_i (y_i . V_a)`` (k, d), ``y_i = x_i - c_a``: each cluster's
+    scatter matrix times its vector, in one sweep, never forming a matrix (float64)."""
+    n, d = X.shape
+    k = C.shape[0]
+    has_w = w.shape[0] > 0
+    block = (n + nb - 1) // nb
+    U = np.zeros((nb, k, d))
+    Y = np.empty((nb, d))
+    for b in prange(nb):
+        y = Y[b]
+        for i in range(b * block, min(n, (b + 1) * block)):
+            a = labels[i]
+            proj = 0.0
+            for t in range(d):
+                y[t] = np.float64(X[i, t]) - np.float64(C[a, t])
+                proj += y[t] * V[a, t]
+            if has_w:
+                proj *= np.float64(w[i])
+            for t in range(d):
+                U[b, a, t] += proj * y[t]
+    return sum_blocks(U.reshape(nb, k * d)).reshape(k, d)
+
 
 @njit(parallel=True, cache=True, nogil=True)
 def halves(X, C, labels, V, w, nb):

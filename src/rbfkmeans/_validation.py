@@ -123,14 +123,12 @@ _FINITE_BLOCK = 1 << 20
 def check_finite(t: torch.Tensor, name: str) -> torch.Tensor:
     """Raise ``ValueError`` if ``t`` holds NaN or inf, saying how many and one of them.
 
-    One float64 sum (no temporary the size of ``t``; synchronises on a GPU): NaN and inf
-    propagate into it, and a sum of finite float32 entries cannot overflow float64, so a finite
-    sum clears the tensor. Only a non-finite sum (or float64 entries near the overflow
-    threshold) takes the exact scan, block by block."""
+    One sum (no temporary the size of ``t``; synchronises on a GPU): NaN and inf propagate into
+    it, so a finite sum clears the tensor. Only a non-finite sum (NaN/inf, or finite entries
+    whose sum overflows) takes the exact scan, block by block."""
     if not (t.is_floating_point() or t.is_complex()) or t.numel() == 0:
         return t
-    total = t.sum(dtype=torch.complex128 if t.is_complex() else torch.float64)
-    if bool(torch.isfinite(total)):
+    if bool(torch.isfinite(t.sum())):
         return t
     flat = t.reshape(-1)
     count, first = 0, None

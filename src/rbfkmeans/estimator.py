@@ -58,6 +58,8 @@ from .passes import Data, cluster_stats
 from .repeats import fold_repeats
 from .runs import Temperatures, fit_run, run_schedules
 from .schedules import (
+    SAMPLE_SPREAD_MIN_DIM,
+    covariance_eigmax,
     covariance_spread,
     critical_temperature_factor,
     sphere_eigmax,
@@ -65,6 +67,11 @@ from .schedules import (
 )
 
 __all__ = ["RBFKMeans"]
+
+
+#: wide data (``schedules.SAMPLE_SPREAD_MIN_DIM`` features on) with more rows than this takes
+#: ``lambda_max`` of its covariance (``T_c``) from a random sample of this many rows
+SPREAD_SAMPLE = 16384
 
 
 def _owns(Xt: Tensor, X: np.ndarray) -> bool:
@@ -368,8 +375,12 @@ class RBFKMeans(
         rng = check_random_state(self.random_state)
         if spherical:  # the tangent spread at the mean direction (schedules)
             mean_var, lam_t, mu_norm = sphere_spread(data.X, data.w, chunk_size=self.chunk_size,
-                                                     comm=comm)
+                                                     comm=comm, sample=SPREAD_SAMPLE)
             lam = sphere_eigmax(lam_t, mu_norm)
+        elif (frame.trace is not None and not comm.active and data.n > SPREAD_SAMPLE
+              and data.d >= SAMPLE_SPREAD_MIN_DIM):  # wide: the frame's trace, a sample's top
+            mean_var = frame.sq_to(frame.trace) / data.d
+            lam = covariance_eigmax(data.X, data.w, sample=SPREAD_SAMPLE)
         else:
             mean_var, lam = covariance_spread(data.X, data.w, chunk_size=self.chunk_size,
                                               comm=comm)

@@ -47,14 +47,18 @@ MAX_EXPONENT = 40
 class Frame:
     """``x' = 2^e (x - shift)``: the coordinates a fit computes in (module docstring).
 
-    ``shift`` (d,) or None, ``exponent`` ``e``. :meth:`enter` maps data or centroids into the
-    frame, :meth:`leave` maps centroids back, :meth:`sq_to` and :meth:`sq_from` convert squared
-    quantities (distances, objectives, temperatures).
+    ``shift`` (d,) or None, ``exponent`` ``e``, ``trace`` the weighted trace of the covariance
+    of the data it was chosen for (in the data's units; None when not computed).
+    :meth:`enter` maps data or centroids into the frame, :meth:`leave` maps centroids back,
+    :meth:`sq_to` and :meth:`sq_from` convert squared quantities (distances, objectives,
+    temperatures).
     """
 
-    def __init__(self, shift: Tensor | None = None, exponent: int = 0) -> None:
+    def __init__(self, shift: Tensor | None = None, exponent: int = 0,
+                 trace: float | None = None) -> None:
         self.shift = shift
         self.exponent = int(exponent)
+        self.trace = trace  # sum w ||x - mu||^2 / sum w of the data it was chosen for
 
     @property
     def identity(self) -> bool:
@@ -119,7 +123,7 @@ class Frame:
         exponent = 0
         if largest > 0 and not 2.0**-MAX_EXPONENT <= largest <= 2.0**MAX_EXPONENT:
             exponent = -math.frexp(largest)[1]  # 2^e largest in [0.5, 1)
-        return cls(mu.to(X.dtype) if shifted else None, exponent)
+        return cls(mu.to(X.dtype) if shifted else None, exponent, trace)
 
     # -- into and out of the frame -----------------------------------------------------------
     def enter(self, X: Tensor, *, inplace: bool = False) -> Tensor:

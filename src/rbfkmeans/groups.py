@@ -54,6 +54,7 @@ from ._validation import check_matrix, check_temperature, check_tensor
 from .assignments import Assignment, get_assignment
 from .distances import row_norms_sq
 from .passes import Data, check_data
+from .schedules import top_eigenpair
 
 __all__ = ["GroupStats", "group_memberships", "group_stats"]
 
@@ -198,25 +199,33 @@ def group_stats_unchecked(data: Data, C: Tensor, m: Tensor, T: float, entry: Ass
     dev, dt = data.X.device, data.X.dtype
     split = (m > 1).nonzero().squeeze(1) if critical else None  # the groups that can split
     gains = 0 if split is None else int(split.numel())
+    supports: list[tuple[Tensor, Tensor]] | None = None
     if kernels.usable(data.X, g, gains=gains):  # few features: one sweep
         N, S, V, acc, A_k = kernels.group_pass(data.X, C, m, T, entry.name, data.w,
                                                objective=objective, split=split,
                                                hard_tol=hard_tol)
         A = A_k if split is not None else None
     elif kernels.usable(data.X, g, scores=True):  # wide data: scores by BLAS products
-        N, S, V, acc, A = _kernel_sums_wide(data, C, m, T, entry, objective, split, hard_tol)
+        matrix_free = (split is not None and d >= MATRIX_FREE_MIN_DIM
+                       and not data.comm.active)
+        N, S, V, acc, A, supports = _kernel_sums_wide(data, C, m, T, entry, objective, split,
+                                                      hard_tol, matrix_free)
     else:
         N, S, V, acc, A = _torch_sums(data, C, m, T, entry, objective, split, hard_tol)
     stacked = [N, S, V, acc] + ([A] if A is not None else [])
     data.comm.sum_(*stacked)
     T_crit = axis = None
-    if A is not None and split is not None:
+    if (A is not None or supports is not None) and split is not None:
         T_crit = torch.zeros(g, dtype=torch.float64, device=dev)
         axis = torch.zeros(g, d, dtype=dt, device=dev)
         if split.numel():
             tiny = torch.finfo(torch.float64).tiny
             scale = m[split].double() / N[split].double().clamp(min=tiny)  # m_j / N_j
-            top_val, top = _top_eigenpairs(A * scale.view(-1, 1, 1))
+            if supports is not None:  # A_j v from the group's rows, never A_j itself
+                top_val, top = _top_eigenpairs_matrix_free(data.X, C, split, supports, scale)
+            else:
+                assert A is not None
+                top_val, top = _top_eigenpairs(A * scale.view(-1, 1, 1))
             T_crit[split] = top_val.clamp(min=0.0)
             # (g', d), each of either sign: make its largest entry positive
             sign = top.gather(1, top.abs().argmax(dim=1, keepdim=True)).sign()
@@ -224,6 +233,12 @@ def group_stats_unchecked(data: Data, C: Tensor, m: Tensor, T: float, entry: Ass
     F, J, n_soft = acc.tolist() if objective else [math.nan] * 3
     return GroupStats(N, S, float(F), float(J), float(n_soft), V, T_crit, axis)
 
+
+#: from this many features on (one process, the kernels' wide passes), a group's critical
+#: temperature and axis come from Lanczos iterations on products ``A_j v`` with the rows of its
+#: support (``O(n_j d)`` each) instead of its ``d x d`` gain matrix (``O(n_j d^2)`` to form,
+#: ``O(d^3)`` to decompose): the same eigenpair, to rounding
+MATRIX_FREE_MIN_DIM = 96
 
 #: from this many features on, the top eigenpair of a CPU gain matrix comes from LAPACK's
 #: subset solver (``scipy.linalg.eigh(subset_by_index=...)``: measured 3x faster than a full
@@ -246,34 +261,62 @@ def _top_eigenpairs(A: Tensor) -> tuple[Tensor, Tensor]:
             torch.from_numpy(np.stack([vec[:, 0] for _, vec in pairs])))
 
 
-def _kernel_sums_wide(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment,
-                      objective: bool, split: Tensor | None,
-                      hard_tol: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
+def _kernel_sums_wide(
+    data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment, objective: bool,
+    split: Tensor | None, hard_tol: float, matrix_free: bool = False,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None, list[tuple[Tensor, Tensor]] | None]:
     """The sums of :func:`group_stats` for wide data: the kernel (its scores from BLAS products
     inside it) in one call, or for a critical pass chunk by chunk, each row's gain weight
-    ``w_i gamma_ij`` going out of the kernel to one matrix product per splitting group for
-    ``A_j = sum_i w_i gamma_ij y_ij y_ij^T`` (float64) over that group's support."""
+    ``w_i gamma_ij`` going out of the kernel, either to one matrix product per splitting group
+    for ``A_j = sum_i w_i gamma_ij y_ij y_ij^T`` (float64) over that group's support, or
+    (``matrix_free``) kept as that support: its rows and their gain weights, for
+    :func:`_top_eigenpairs_matrix_free`. Returns ``N, S, V, acc``, ``A`` (or None) and the
+    supports (or None)."""
     if split is None:
         N, S, V, acc, _ = kernels.group_pass(data.X, C, m, T, entry.name, data.w,
                                              objective=objective, split=None, hard_tol=hard_tol)
-        return N, S, V, acc, None
+        return N, S, V, acc, None, None
     g, d = C.shape
     ns = int(split.numel())
     parts = []
-    A = torch.zeros(ns, d, d, dtype=torch.float64)
+    A = None if matrix_free else torch.zeros(ns, d, d, dtype=torch.float64)
+    rows_of: list[list[Tensor]] = [[] for _ in range(ns)]
+    weights_of: list[list[Tensor]] = [[] for _ in range(ns)]
     for s in data.chunks(g):
         Xc = data.X[s]
         gw = torch.zeros(Xc.shape[0], ns, dtype=torch.float64)
         parts.append(kernels.group_pass(Xc, C, m, T, entry.name, data.weight(s),
                                         objective=objective, split=split, hard_tol=hard_tol,
                                         gains_out=gw)[:4])
-        Xd = Xc.double()
+        Xd = None if A is None else Xc.double()
         for i, j in enumerate(split.tolist()):  # over group j's support only
             rows = gw[:, i].nonzero().squeeze(1)
+            if A is None:
+                rows_of[i].append(rows + s.start)
+                weights_of[i].append(gw[rows, i])
+                continue
+            assert Xd is not None
             Y = Xd[rows] - C[j].double()  # (b_j, d)
             A[i].addmm_((Y * gw[rows, i : i + 1]).T, Y)
     N, S, V, acc = (torch.stack(t).sum(dim=0) for t in zip(*parts, strict=True))
-    return N, S, V, acc, A
+    supports = None if A is not None else [
+        (torch.cat(r), torch.cat(w)) for r, w in zip(rows_of, weights_of, strict=True)]
+    return N, S, V, acc, A, supports
+
+
+def _top_eigenpairs_matrix_free(X: Tensor, C: Tensor, split: Tensor,
+                                supports: list[tuple[Tensor, Tensor]],
+                                scale: Tensor) -> tuple[Tensor, Tensor]:
+    r"""The largest eigenvalue (g',) and a unit eigenvector (g', d) of each gain matrix
+    ``scale_j A_j``, ``A_j = sum_i u_i (x_i - c_j)(x_i - c_j)^T`` over the support ``(rows,
+    u)`` of group ``split[j]``: :func:`rbfkmeans.schedules.top_eigenpair` of the support's rows
+    less ``c_j``, ``O(n_j d)`` per Lanczos step, no ``d x d`` matrix."""
+    vals = torch.zeros(len(supports), dtype=torch.float64)
+    vecs = torch.zeros(len(supports), C.shape[1], dtype=torch.float64)
+    for i, (j, (rows, u)) in enumerate(zip(split.tolist(), supports, strict=True)):
+        # in the data's precision (float32 rows: T_j to ~1e-7, the rows' own resolution)
+        vals[i], vecs[i] = top_eigenpair(X[rows] - C[j].to(X.dtype), u * scale[i])
+    return vals, vecs
 
 
 def _torch_sums(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment, objective: bool,

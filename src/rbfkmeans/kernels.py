@@ -116,8 +116,13 @@ def enabled() -> bool:
     return _pool_pid is None or _pool_pid == os.getpid()
 
 
-def _blocks(n: int) -> int:
-    return max(1, min(MAX_BLOCKS, -(-n // _BLOCK_ROWS)))
+def _blocks(n: int, entries: int = 0) -> int:
+    """The blocks ``n`` rows are cut into: one per ``_BLOCK_ROWS`` rows, at most ``MAX_BLOCKS``,
+    and at most as many as partial sums of ``entries`` (float64) each fit in
+    ``MAX_PARTIAL_ENTRIES``; at least one. It depends on the problem's sizes only (never on
+    the threads), so the sums are the same on any machine."""
+    most = MAX_PARTIAL_ENTRIES // entries if entries else MAX_BLOCKS
+    return max(1, min(MAX_BLOCKS, most, -(-n // _BLOCK_ROWS)))
 
 
 def usable(X: Tensor, width: int, *, gains: int = 0, scores: bool = False) -> bool:
@@ -125,8 +130,9 @@ def usable(X: Tensor, width: int, *, gains: int = 0, scores: bool = False) -> bo
     runs in a kernel: :func:`enabled`, a CPU float tensor without autograd, at most
     ``MAX_DIM`` features unless the pass takes its ``scores`` from matrix products (BLAS
     inside the kernel: a hard pass, a Lloyd run, a group pass) and accumulates no gain
-    matrix, and the partial sums of ``MAX_BLOCKS`` blocks within ``MAX_PARTIAL_ENTRIES``. It
-    does not depend on ``n``, so every rank of a distributed fit decides alike."""
+    matrix, and the partial sums of two blocks within ``MAX_PARTIAL_ENTRIES`` (larger problems
+    are cut into fewer blocks, :func:`_blocks`). It does not depend on ``n``, so every rank of
+    a distributed fit decides alike."""
     if not isinstance(X, Tensor):
         raise TypeError(f"X must be a torch.Tensor; got {type(X).__name__}")
     width = check_positive_int(width, "width")
@@ -138,7 +144,7 @@ def usable(X: Tensor, width: int, *, gains: int = 0, scores: bool = False) -> bo
     d = int(X.shape[1])
     if d > MAX_DIM and (gains or not scores):
         return False
-    return MAX_BLOCKS * (width * d + gains * d * d) <= MAX_PARTIAL_ENTRIES
+    return width * d + gains * d * d <= MAX_PARTIAL_ENTRIES // 2  # two blocks at least
 
 
 #: the BLAS libraries of this process (threadpoolctl's controllers), found at the first wide
@@ -237,7 +243,7 @@ def hard_pass(X: Tensor, C: Tensor, w: Tensor | None, *, labels: Tensor | None,
     with _launch(blas=wide):
         N, S, J = (_loops.hard_wide if wide else _loops.hard)(
             Xn, _array(C.to(X.dtype)), _weights(w, X), bool(objective), out,
-            _blocks(Xn.shape[0]))
+            _blocks(Xn.shape[0], int(C.shape[0]) * Xn.shape[1]))
     dt = X.dtype
     return (torch.from_numpy(N).to(dt), torch.from_numpy(S).to(dt),
             torch.tensor(J, dtype=torch.float64))
@@ -274,7 +280,7 @@ def group_pass(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: Tensor |
             _weights(w, X), bool(objective), bool(objective or split is not None), float(hard_tol),
             X.dtype == torch.float32, split_pos, ns,
             np.zeros((0, ns)) if gains_out is None else gains_out.numpy(), wide,
-            _blocks(Xn.shape[0]))
+            _blocks(Xn.shape[0], g * Xn.shape[1] + (0 if wide else ns * Xn.shape[1] ** 2)))
     dt = X.dtype
     A_t = torch.from_numpy(A)  # the kernel fills the lower triangle: mirror it
     if A_t.numel():
@@ -299,7 +305,7 @@ def group_fixed_point(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: T
         C_out, it, status = _squarem_loops.fixed_point(
             Xn, _array(C.to(X.dtype)), _array(m.to(torch.int64)), float(T), _KINDS[kind],
             _weights(w, X), 1e-7, X.dtype == torch.float32, int(max_iter), float(tol),
-            _blocks(Xn.shape[0]), wide)
+            _blocks(Xn.shape[0], int(C.shape[0]) * Xn.shape[1]), wide)
     return torch.from_numpy(C_out), int(it), status == 0
 
 
@@ -320,16 +326,54 @@ def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int, tol: float,
     none_i, none_f = np.empty(0, dtype=np.int64), np.empty(0)
     lab0, up0, lo0, moved = (none_i, none_f, none_f, none_i) if warm is None else (
         _array(warm[0]), _array(warm[1]), _array(warm[2]), _array(warm[3]))
+    group_of = centroid_groups(C, bound_groups(int(X.shape[0]), int(C.shape[0]))).numpy() \
+        if wide else none_i
+    unit = torch.finfo(X.dtype).eps / 2
     with _launch(blas=wide):
         C_out, labels, J, it, status, upper, lower = _lloyd_loops.lloyd(
             _array(X), _array(C.to(X.dtype)), _weights(w, X), int(max_iter), float(tol),
-            _blocks(int(X.shape[0])), wide, float(target), float(stall), lab0, up0, lo0, moved)
+            _blocks(int(X.shape[0]), int(C.shape[0]) * int(X.shape[1])), wide, float(target),
+            float(stall), lab0, up0, lo0, moved,
+            group_of, unit)
     finished = status != 2
     bounds = (torch.from_numpy(upper), torch.from_numpy(lower)) \
         if finished and upper.shape[0] else None
     return LloydRun(torch.from_numpy(C_out),
                     torch.from_numpy(labels) if finished or it > 0 else None, float(J), int(it),
                     status == 1, status == 3, finished, bounds)
+
+
+#: wide Lloyd runs keep one lower bound per centroid (Elkan) up to this many centroids
+ELKAN_MAX_K = 16
+#: and at most this many float32 lower bounds in all (256 MB)
+MAX_LOWER_BOUNDS = 1 << 26
+
+
+def bound_groups(n: int, k: int) -> int:
+    """How many groups of centroids a wide Lloyd run on ``n`` rows keeps lower bounds for:
+    ``k`` (Elkan's bounds) up to :data:`ELKAN_MAX_K` centroids, else ``k / 8`` (Yinyang
+    k-means uses ``k / 10``), within :data:`MAX_LOWER_BOUNDS` bounds in all; at least 1."""
+    t = k if k <= ELKAN_MAX_K else max(ELKAN_MAX_K, k // 8)
+    return max(1, min(t, MAX_LOWER_BOUNDS // max(n, 1)))
+
+
+def centroid_groups(C: Tensor, t: int) -> Tensor:
+    """The group (k,) int64 of each centroid of ``C`` (k, d): ``t`` groups of nearby centroids by
+    a few Lloyd iterations on the centroids (from ``t`` of them evenly spaced in index order:
+    deterministic), numbered ``0 .. t'-1`` with no group empty; each centroid its own group
+    when ``t >= k``."""
+    k = int(C.shape[0])
+    if t >= k:
+        return torch.arange(k, dtype=torch.int64)
+    Cd = C.detach().double().cpu()
+    centers = Cd[torch.linspace(0, k - 1, t).round().long()].clone()
+    for _ in range(10):
+        labels = torch.cdist(Cd, centers).argmin(dim=1)
+        sums = torch.zeros_like(centers).index_add_(0, labels, Cd)
+        sizes = torch.bincount(labels, minlength=t).unsqueeze(1)
+        centers = torch.where(sizes > 0, sums / sizes.clamp(min=1), centers)
+    labels = torch.cdist(Cd, centers).argmin(dim=1)
+    return torch.unique(labels, return_inverse=True)[1].to(torch.int64)
 
 
 def spread_pass(X: Tensor, C: Tensor, labels: Tensor, w: Tensor | None, *,
@@ -342,8 +386,22 @@ def spread_pass(X: Tensor, C: Tensor, labels: Tensor, w: Tensor | None, *,
     ``scatter``). Needs ``k >= 2``; call only where :func:`usable` holds (with ``gains=k``)."""
     with _launch():
         R, W = _loops.spread(_array(X), _array(C.to(X.dtype)), _array(labels), _weights(w, X),
-                              bool(scatter), _blocks(int(X.shape[0])))
+                              bool(scatter), _blocks(int(X.shape[0]), int(C.shape[0]) * (
+                                  int(X.shape[1]) ** 2 if scatter else 1)))
     return torch.from_numpy(R), torch.from_numpy(W)
+
+
+def scatter_pass(X: Tensor, C: Tensor, labels: Tensor, V: Tensor,
+                 w: Tensor | None) -> Tensor:
+    """``U_a = Sigma_a V_a`` (k, d) float64: the scatter matrix of each cluster (rows of ``X``
+    labelled ``labels`` around ``C``) times its row of ``V`` (k, d), in one sweep, no matrix
+    formed: the power iterations of :func:`rbfkmeans.swaps.swap_costs` on wide data."""
+    k, d = int(C.shape[0]), int(X.shape[1])
+    with _launch():
+        U = _loops.scatter_times(_array(X), _array(C.to(X.dtype)), _array(labels),
+                                 _array(V.to(torch.float64)), _weights(w, X),
+                                 _blocks(int(X.shape[0]), k * d))
+    return torch.from_numpy(U)
 
 
 def halves_pass(X: Tensor, C: Tensor, labels: Tensor, V: Tensor,
@@ -354,7 +412,8 @@ def halves_pass(X: Tensor, C: Tensor, labels: Tensor, V: Tensor,
     with _launch():
         count, total = _loops.halves(_array(X), _array(C.to(X.dtype)), _array(labels),
                                       _array(V.to(torch.float64)), _weights(w, X),
-                                      _blocks(int(X.shape[0])))
+                                      _blocks(int(X.shape[0]),
+                                              2 * int(C.shape[0]) * int(X.shape[1])))
     return torch.from_numpy(count), torch.from_numpy(total)
 
 

@@ -226,7 +226,7 @@ def lloyd(
     if bounds is None:  # every rank decides alike (the two passes reduce different tensors)
         n_total = sum(comm.counts(data.n)) if comm.active else data.n
         bounds = (n_total * C.shape[0] >= BOUNDS_MIN_ENTRIES
-                  and not kernels.usable(data.X, C.shape[0]))
+                  and not kernels.usable(data.X, C.shape[0], scores=True))
     if bounds and callback is None and data.metric.name == "sqeuclidean":
         bounded = BoundedAssignment(data)
     it = done = 0

@@ -34,6 +34,7 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 from torch import Tensor
 
+from . import subspace
 from .annealing import AnnealResult, AnnealStep, anneal
 from .gradient import GradientStep
 from .lloyd import LloydResult, lloyd
@@ -41,13 +42,15 @@ from .passes import Data, Stats
 from .schedules import geometric_schedule
 from .seeding import initial_centers
 from .splits import Subsample, anneal_splits
+from .subspace import Subspace, principal_subspace
 from .swaps import SwapResult, swap_search
 
 if TYPE_CHECKING:
     from .estimator import RBFKMeans
 
-__all__ = ["LAST_LOOK", "SEARCH_MIN_ROWS", "SEARCH_ROWS_PER_CLUSTER", "SMALL_FIT_ENTRIES",
-           "Temperatures", "fit_run", "run_schedules"]
+__all__ = ["ANNEAL_MIN_ROWS", "LAST_LOOK", "SEARCH_MIN_ROWS", "SEARCH_PASSES",
+           "SEARCH_ROWS_PER_CLUSTER", "SEARCH_WORK", "SMALL_FIT_ENTRIES", "Temperatures",
+           "fit_run", "run_schedules", "search_budget", "search_rows"]
 
 #: On large data the event-driven fit polishes and searches swaps on a subsample of
 #: ``max(SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER * k)`` rows first (used when the data has more
@@ -58,6 +61,12 @@ SEARCH_ROWS_PER_CLUSTER = 256
 #: bounds, before it stops (:func:`rbfkmeans.swaps.swap_search`); the geometric ladder's search
 #: stops without one.
 LAST_LOOK = (5, 12)
+#: The swap search's trials may cost as much as this many passes over all the rows
+#: (:func:`search_budget`), or ``SEARCH_WORK`` point-centroid-feature products if that is more
+SEARCH_PASSES = 40
+SEARCH_WORK = 1 << 34
+#: The event-driven ladder anneals on ``subsample`` rows per group, at least this many
+ANNEAL_MIN_ROWS = 4096
 #: A default fit of at most this many point-centroid pairs (``n k``: a few hundred points) runs
 #: both ladders and keeps the better: the geometric one is the more thorough search on tiny
 #: data, and the two together still take a few tens of milliseconds there.
@@ -92,6 +101,23 @@ class Temperatures:
     def of(cls, est: RBFKMeans) -> Temperatures:
         """The estimator's own (data units)."""
         return cls(est.critical_temperature_, est.T_start, est.T_end)
+
+
+def search_rows(k: int, d: int) -> int:
+    """The rows the polish and the swap search of an event-driven fit run on when the data has
+    more than twice as many: ``max(SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER k)``, both scaled
+    by ``f = min(1, 32 / d)`` on wider data (a row costs ``d`` products), but never by less
+    than a quarter."""
+    f = max(0.25, min(1.0, 32.0 / d))
+    return max(math.ceil(SEARCH_MIN_ROWS * f), k * math.ceil(SEARCH_ROWS_PER_CLUSTER * f))
+
+
+def search_budget(n_total: int, n_search: int, k: int, d: int) -> int:
+    """The Lloyd iterations the swap search's trials may run in all: as much work (``n k d``
+    products per iteration) as ``SEARCH_PASSES`` passes over all the data, or
+    ``SEARCH_WORK`` products when that is more (small problems: no bound in practice)."""
+    work = max(SEARCH_PASSES * n_total * k * d, SEARCH_WORK)
+    return max(1, int(work // max(1, n_search * k * d)))
 
 
 def geometric_ladder(est: RBFKMeans, temps: Temperatures | None = None) -> np.ndarray:
@@ -131,14 +157,28 @@ def _anneal(est: RBFKMeans, data: Data, C: Tensor, abs_tol: float, lam: float,
             gen: torch.Generator, tick: Callable[[float, int], None] | None,
             schedule: str, temps: Temperatures) -> AnnealResult:
     if event_driven(est, data, schedule):
-        return anneal_splits(
-            data, est.n_clusters, est.assignment,
+        space: Subspace | None = None
+        rows = data
+        if data.d > subspace.MAX_DIM and not data.comm.active:  # wide: the top directions
+            m = data.n if est.subsample is None else \
+                min(data.n, max(ANNEAL_MIN_ROWS, est.subsample * est.n_clusters))
+            pick = torch.randperm(data.n, generator=gen)[:m].to(data.X.device)
+            space = principal_subspace(data, pick)
+            rows = Data(space.project(data.X[pick]), None if data.w is None else data.w[pick],
+                        chunk_size=data.chunk_size, validate=False)
+        res = anneal_splits(
+            rows, est.n_clusters, est.assignment,
             T_start=temps.start if temps.start is not None else 0.8 * temps.critical or None,
             cooling=0.7 if est.cooling is None else est.cooling,
             max_iter=est.max_iter_per_temperature or 15, tol=10.0 * abs_tol,
-            stop_gap=float(est.stop_gap), points_per_group=est.subsample, generator=gen,
-            progress=tick,
+            stop_gap=float(est.stop_gap), points_per_group=est.subsample,
+            min_points=ANNEAL_MIN_ROWS, generator=gen, progress=tick,
         )
+        if space is not None:  # the centroids, and those of the history, in all features
+            res.C = space.lift(res.C)
+            for h in res.history:
+                h["C"] = space.lift(h["C"])  # type: ignore[arg-type]
+        return res
     step: AnnealStep | None = None
     max_iter = est.max_iter_per_temperature or 50
     if est.solver == "gradient":
@@ -186,9 +226,10 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
     else:
         polish_tol = abs_tol
     search = data  # the rows of the polish and the swap search
+    n_total = sum(data.comm.counts(data.n))
     if event_driven(est, data, schedule) and est.subsample is not None:
-        rows = max(SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER * est.n_clusters)
-        if 2 * rows < sum(data.comm.counts(data.n)):
+        rows = search_rows(est.n_clusters, data.d)
+        if 2 * rows < n_total:
             search = Subsample(data, gen).take(rows)
     bar = _progress(show, est.max_iter, "lloyd" if hard_only else "hard polish")
     hard = lloyd(search, C, max_iter=est.max_iter, tol=polish_tol, callback=_lloyd_ticker(bar))
@@ -201,7 +242,9 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
                             tol=abs_tol, max_moves=max(1, min(5, est.n_clusters // 4)),
                             last_look=min(LAST_LOOK[1], max(LAST_LOOK[0], est.n_clusters // 2))
                             if event_driven(est, data, schedule) else 0,
-                            generator=gen)
+                            generator=gen, max_trial_iter=search_budget(
+                                n_total, sum(data.comm.counts(search.n)), est.n_clusters,
+                                data.d))
         n_hard_iter += final.n_iter
         n_swaps = final.n_swaps
     if search is not data:  # the result is a Lloyd fixed point of all the rows

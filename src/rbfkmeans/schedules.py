@@ -77,6 +77,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_LADDER",
     "MIN_MEAN_NORM",
+    "SAMPLE_SPREAD_MIN_DIM",
     "covariance_eigmax",
     "covariance_spread",
     "critical_temperature",
@@ -84,12 +85,16 @@ __all__ = [
     "geometric_schedule",
     "sphere_eigmax",
     "sphere_spread",
+    "top_eigenpair",
 ]
 
 #: the floor on ``||mu||`` in the spherical critical temperature (:func:`sphere_eigmax`)
 MIN_MEAN_NORM = 1e-3
 #: the most temperatures :func:`geometric_schedule` returns
 MAX_LADDER = 100_000
+#: :func:`covariance_spread` may take ``lambda_max`` from a sample of rows from this many
+#: features on
+SAMPLE_SPREAD_MIN_DIM = 96
 
 
 def critical_temperature_factor(assignment: str, n_clusters: int) -> float:
@@ -104,6 +109,7 @@ def covariance_spread(
     *,
     chunk_size: int | None = None,
     comm: Comm | None = None,
+    sample: int | None = None,
 ) -> tuple[float, float]:
     r"""Mean feature variance and largest eigenvalue of the weighted (biased) covariance of ``X``.
 
@@ -111,13 +117,93 @@ def covariance_spread(
     chunked passes accumulated in float64 (no float64 copy of ``X``). With ``comm`` (a
     :class:`rbfkmeans.comm.Comm`) the sums run over every rank's shard. Returns
     ``(trace(Sigma) / d, lambda_max(Sigma))``; ``(0, 0)`` when the weights sum to zero.
+
+    ``sample``: on wide data (at least :data:`SAMPLE_SPREAD_MIN_DIM` features) with more rows
+    than that, in one process, the trace is still that of all rows (one ``O(n d)`` pass), but
+    ``lambda_max`` is the covariance's of ``sample`` rows drawn at random (a fixed seed), found
+    matrix-free (:func:`top_eigenpair`): ``O(sample d)`` per Lanczos step instead of the
+    ``O(n d^2)`` of forming ``Sigma`` (2 s on MNIST's 70,000 x 784).
     """
+    check_finite(check_matrix(X, "X"), "X")
+    n, d = X.shape
+    if (sample is not None and n > sample and d >= SAMPLE_SPREAD_MIN_DIM
+            and (comm is None or not comm.active)):
+        return _sampled_spread(X, sample_weight, sample, chunk_size)
     moments = _moments(X, sample_weight, chunk_size, comm)
     if moments is None:
         return 0.0, 0.0
     _, cov = moments
     mean_var = float(cov.diagonal().clamp(min=0).mean())
     return mean_var, float(torch.linalg.eigvalsh(cov).max().clamp(min=0))
+
+
+def _sampled_spread(X: Tensor, w: Tensor | None, sample: int,
+                    chunk_size: int | None) -> tuple[float, float]:
+    """:func:`covariance_spread` with ``lambda_max`` from a random sample of rows."""
+    mu, tot = _weighted_mean(X, w, chunk_size)
+    if tot == 0:
+        return 0.0, 0.0
+    n, d = X.shape
+    trace = 0.0
+    for s in iter_chunks(n, chunk_rows(n, d, chunk_size)):
+        Y = X[s].double() - mu  # (b, d)
+        sq = (Y * Y).sum(dim=1)
+        trace += float(sq.sum() if w is None else sq @ w[s].double())
+    return trace / tot / d, _sampled_eigmax(X, w, sample)
+
+
+def _sampled_eigmax(X: Tensor, w: Tensor | None, sample: int) -> float:
+    """``lambda_max`` of the weighted covariance of ``sample`` rows of ``X`` drawn at random
+    (a fixed seed), matrix-free."""
+    n = X.shape[0]
+    rows = torch.randperm(n, generator=torch.Generator().manual_seed(0))[:sample].to(X.device)
+    Xs, ws = X[rows], None if w is None else w[rows].double()
+    tot_s = float(Xs.shape[0] if ws is None else ws.sum())
+    if tot_s == 0:
+        return 0.0
+    mu_s = (Xs.double().sum(0) if ws is None else ws @ Xs.double()) / tot_s
+    u = torch.full((Xs.shape[0],), 1.0 / tot_s, dtype=torch.float64) if ws is None \
+        else ws / tot_s
+    return top_eigenpair(Xs - mu_s.to(Xs.dtype), u)[0]  # in the data's precision
+
+
+def _weighted_mean(X: Tensor, w: Tensor | None, chunk_size: int | None) -> tuple[Tensor, float]:
+    """``mu`` (d,) and ``sum w`` in float64, one chunked pass."""
+    n, d = X.shape
+    tot = 0.0
+    s1 = torch.zeros(d, dtype=torch.float64, device=X.device)
+    for s in iter_chunks(n, chunk_rows(n, d, chunk_size)):
+        Xc = X[s].double()
+        tot += float(Xc.shape[0] if w is None else w[s].double().sum())
+        s1 += Xc.sum(dim=0) if w is None else w[s].double() @ Xc
+    return (s1 / tot if tot > 0 else s1), tot
+
+
+def top_eigenpair(Y: Tensor, u: Tensor) -> tuple[float, Tensor]:
+    r"""The largest eigenvalue and a unit eigenvector (d,) of ``A = Y^T diag(u) Y`` for rows
+    ``Y`` (m, d) and non-negative weights ``u`` (m,), without forming ``A``: implicitly restarted
+    Lanczos (ARPACK, to the precision of its products) on ``A v = Y^T (u * (Y v))``, ``O(m d)``
+    each, in ``Y``'s dtype (float32 rows: a relative ``~1e-7``, at half the memory traffic;
+    float64: to ``~1e-15``), started from ``A 1`` (deterministic, rich in the top direction).
+    A zero ``A`` gives ``(0, e_1)``."""
+    from scipy.sparse.linalg import LinearOperator, eigsh
+
+    dt = np.float32 if Y.dtype == torch.float32 else np.float64
+    Yn = np.ascontiguousarray(Y.detach().cpu().numpy(), dtype=dt)
+    un = u.detach().cpu().numpy().astype(dt)
+    d = Yn.shape[1]
+
+    def matvec(v: np.ndarray) -> np.ndarray:
+        return (Yn.T @ (un * (Yn @ v.ravel().astype(dt)))).astype(np.float64)
+
+    v0 = matvec(np.ones(d))
+    if Yn.shape[0] == 0 or not np.any(v0):
+        return 0.0, torch.eye(d, dtype=torch.float64)[0]
+    if d == 1:
+        return float(v0[0]), torch.ones(1, dtype=torch.float64)
+    val, vec = eigsh(LinearOperator((d, d), matvec=matvec, dtype=np.float64), k=1,
+                     which="LA", v0=v0, tol=0.0)
+    return float(val[0]), torch.from_numpy(vec[:, 0])
 
 
 def _moments(
@@ -166,6 +252,7 @@ def sphere_spread(
     *,
     chunk_size: int | None = None,
     comm: Comm | None = None,
+    sample: int | None = None,
 ) -> tuple[float, float, float]:
     r"""The spread of unit rows ``X`` (n, d) that sets spherical k-means' first split.
 
@@ -174,7 +261,26 @@ def sphere_spread(
     (module docstring); the same chunked float64 passes as :func:`covariance_spread`. ``X``
     must already be normalised (:func:`rbfkmeans.metrics.normalize_rows`). ``(0, 0, 0)`` when
     the weights sum to zero; with ``mu = 0`` there is no mean direction and ``P = I``.
+    ``sample``: as in :func:`covariance_spread` (``lambda_max(P Sigma P)`` of a random sample of
+    rows, matrix-free, on wide data with more rows than that).
     """
+    n, d = check_matrix(X, "X").shape
+    if (sample is not None and n > sample and d >= SAMPLE_SPREAD_MIN_DIM
+            and (comm is None or not comm.active)):
+        mean_var, _ = _sampled_spread(X, sample_weight, sample, chunk_size)
+        mu, _ = _weighted_mean(X, sample_weight, chunk_size)
+        r = float(mu.norm())
+        rows = torch.randperm(n, generator=torch.Generator().manual_seed(0))[:sample]
+        Y = X[rows.to(X.device)].double()
+        ws = None if sample_weight is None else sample_weight[rows.to(X.device)].double()
+        tot_s = float(Y.shape[0] if ws is None else ws.sum())
+        Y = Y - ((Y.sum(0) if ws is None else ws @ Y) / max(tot_s, 1e-300))
+        if r > 0:
+            u_hat = mu / r
+            Y = Y - torch.outer(Y @ u_hat, u_hat)  # the rows' tangent parts: Y P
+        u = torch.full((Y.shape[0],), 1.0 / max(tot_s, 1e-300), dtype=torch.float64) \
+            if ws is None else ws / max(tot_s, 1e-300)
+        return mean_var, top_eigenpair(Y, u)[0], r
     moments = _moments(X, sample_weight, chunk_size, comm)
     if moments is None:
         return 0.0, 0.0, 0.0
@@ -197,8 +303,17 @@ def sphere_eigmax(tangent_eigmax: float, mean_norm: float) -> float:
     return float(tangent_eigmax) / max(float(mean_norm), MIN_MEAN_NORM)
 
 
-def covariance_eigmax(X: Tensor, sample_weight: Tensor | None = None) -> float:
-    """Largest eigenvalue of the (weighted, biased) covariance of the rows of ``X``."""
+def covariance_eigmax(X: Tensor, sample_weight: Tensor | None = None, *,
+                      sample: int | None = None) -> float:
+    """Largest eigenvalue of the (weighted, biased) covariance of the rows of ``X``; with
+    ``sample``, on wide data with more rows, that of a random sample of rows (as in
+    :func:`covariance_spread`, without the trace's pass)."""
+    check_finite(check_matrix(X, "X"), "X")
+    n, d = X.shape
+    if sample is not None and n > sample and d >= SAMPLE_SPREAD_MIN_DIM:
+        if sample_weight is not None:
+            check_vector(sample_weight, "sample_weight", n)
+        return _sampled_eigmax(X, sample_weight, sample)
     return covariance_spread(X, sample_weight)[1]
 
 

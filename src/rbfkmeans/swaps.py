@@ -83,6 +83,10 @@ def _scatter_times(data: Data, C: Tensor, labels: Tensor, V: Tensor) -> Tensor:
     cluster ``a``, without forming it: ``sum_{i in S_a} w_i y_i (y_i . V_a)``, ``y_i = x_i - c_a``
     (float64, chunked)."""
     k, d = C.shape
+    if kernels.usable(data.X, k, scores=True):  # wide data: one compiled sweep
+        U = kernels.scatter_pass(data.X, C, labels, V, data.w)
+        data.comm.sum_(U)
+        return U
     U = torch.zeros(k, d, dtype=torch.float64, device=data.X.device)
     for s in data.chunks(max(k, d)):
         lab = labels[s]
@@ -99,6 +103,8 @@ def _halves(data: Data, C: Tensor, labels: Tensor, V: Tensor) -> tuple[Tensor, T
     """Weight (2k,) and weighted sum (2k, d) of each side of every cluster cut through ``c_a``
     normal to ``V_a`` (entry ``2a + 1`` the side ``(x - c_a).V_a > 0``), float64, local."""
     k, d = C.shape
+    if kernels.usable(data.X, 2 * k, scores=True):  # wide data: one compiled sweep
+        return kernels.halves_pass(data.X, C, labels, V, data.w)
     dev = data.X.device
     count = torch.zeros(2 * k, dtype=torch.float64, device=dev)
     total = torch.zeros(2 * k, d, dtype=torch.float64, device=dev)
@@ -279,6 +285,7 @@ def swap_search(
     max_moves: int = 1,
     last_look: int = 0,
     generator: torch.Generator | None = None,
+    max_trial_iter: int | None = None,
 ) -> SwapResult:
     r"""Local search over Lloyd fixed points by moving one centroid at a time (module docstring).
 
@@ -308,6 +315,9 @@ def swap_search(
     fixed point that beats ``J``), then the next swaps in order of predicted cost are tried, up
     to ``L`` in the round; an improvement resumes the search. Everything before that point is
     as without it, so the result's ``J`` is lower than or equal to the one without it.
+
+    ``max_trial_iter``: once the trials have run that many Lloyd iterations in all, no new
+    trial starts (the search's work bounded by the caller's budget; None: no bound).
     """
     check_data(data)
     if not isinstance(start, LloydResult):
@@ -317,6 +327,8 @@ def swap_search(
     n_candidates = check_positive_int(n_candidates, "n_candidates")
     depth = check_positive_int(max_moves, "max_moves")
     last_look = check_positive_int(last_look, "last_look", minimum=0)
+    if max_trial_iter is not None:
+        max_trial_iter = check_positive_int(max_trial_iter, "max_trial_iter", minimum=0)
     if not (isinstance(slack, int | float) and slack >= 0):
         raise ValueError(f"slack must be a number >= 0; got {slack!r}")
     best = start
@@ -324,7 +336,10 @@ def swap_search(
     k = start.C.shape[0]
     costs: tuple[Tensor, Tensor, Tensor] | None = None
     settled = False  # best is already the polished result the search returns
-    while n_swaps < max_swaps and k >= 2 and best.inertia > 0:
+    def spent() -> bool:  # the trials' Lloyd iterations have used up their budget
+        return max_trial_iter is not None and n_iter >= max_trial_iter
+
+    while n_swaps < max_swaps and k >= 2 and best.inertia > 0 and not spent():
         if costs is None:
             costs = swap_costs(data, best.C, best.labels, generator=generator)
         removal, gain, halves = costs
@@ -347,6 +362,8 @@ def swap_search(
         improved = False
         tried: list[LloydResult] = []
         for _, a, j in pairs:
+            if spent():
+                break
             C = best.C.clone()
             C[a], C[j] = halves[j, 0], halves[j, 1]
             trial = lloyd(data, C, max_iter=max_iter, tol=tol, target=best.inertia,
@@ -358,7 +375,7 @@ def swap_search(
                 n_swaps += 1
                 break
             tried.append(trial)
-        if not improved and last_look > n_candidates and tol > 0:
+        if not improved and last_look > n_candidates and tol > 0 and not spent():
             if n_swaps and not settled:  # what the search would return: the look must beat it
                 polished = lloyd(data, best.C, max_iter=max_iter, warm=(best, _kept_rows(best, [])))
                 n_iter += polished.n_iter

@@ -1,0 +1,184 @@
+r"""Bounded hard passes for wide data (numba): group bounds, BLAS scores for the rows in doubt.
+
+On wide data a score ``||c_j||^2 - 2 x_i.c_j`` costs ``d`` products and a pass a matrix product
+of the whole data; late in a Lloyd run few labels change, and bounds (Elkan 2003; Hamerly 2010;
+Ding et al. 2015, "Yinyang k-means") tell which rows cannot. The ``k`` centroids are cut into
+``t`` groups of nearby ones (``t = k`` is Elkan's bounds, one per centroid; ``t = 1`` Hamerly's);
+each row keeps an upper bound ``u_i`` on its distance to its centroid ``c_a`` and a lower bound
+``l_ig`` on its distance to every other centroid of group ``g``. After an update that moves
+centroid ``j`` by ``delta_j``, ``u_i + delta_a`` and ``l_ig - max_{j in g} delta_j`` still bound
+them, and the row keeps its label unless
+
+.. math::
+
+    u_i^2 + 2 E_i \ge \min_g l_{ig}^2, \qquad
+    E_i = (2d + 4)\, \epsilon\, \lVert x_i \rVert \max_j \lVert c_j \rVert
+
+after ``u_i`` is tightened to the row's exact distance (``E_i`` bounds the rounding of a score
+computed from a matrix product in the data's dtype, ``epsilon`` its unit roundoff; every bound
+is also widened by a relative :data:`RHO`). The rows that fail are gathered, ``WIDE_ROWS`` at a
+time, into one matrix product with all centroids (BLAS), and take the label and bounds of their
+scores: a skipped row provably has the smallest computed score at ``c_a``, so every label is the
+one a full pass (:func:`rbfkmeans._loops.hard_wide`) gives. The caller keeps the sums ``N``,
+``S`` and updates them by the rows whose label changed. Lower bounds are stored in float32
+(rounded down) to keep ``n t`` of them in memory.
+
+Only :mod:`rbfkmeans._lloyd_loops` imports this module; it needs numba.
+"""
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from ._loops import WIDE_ROWS, sum_blocks
+
+__all__ = ["RHO", "bounded_wide", "label_sums", "move_rows"]
+
+#: relative slack of the bounds (far above the few roundings each accumulates per step)
+RHO = 64.0 * 2.0**-52
+#: float32 lower bounds are stored this much below their float64 value (a float32 rounds by at
+#: most 2^-24 relative)
+_DOWN = 1.0 - 2.0**-20
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def bounded_wide(X, C, old, new, upper, lower, xs, delta, group_of, t, unit, first, nb):
+    """One hard pass of the rows of ``X`` (n, d) against ``C`` (k, d) (module docstring) into
+    ``new`` (n,) from the labels ``old`` and the bounds ``upper`` (n,), ``lower`` (n, t) set at
+    centroids that have since moved by ``delta`` (k,); ``group_of`` (k,) the group of each
+    centroid, ``unit`` the dtype's unit roundoff. ``first``: every row is scored (the bounds are
+    set). The caller keeps the sums (:func:`label_sums`, :func:`move_rows`). Returns the number
+    of rows scored."""
+    n, d = X.shape
+    k = C.shape[0]
+    CT = np.ascontiguousarray(C.T)  # (d, k) in X's dtype, for the products
+    csq = np.zeros(k)
+    cmax = 0.0
+    for j in range(k):
+        for q in range(d):
+            csq[j] += np.float64(C[j, q]) * np.float64(C[j, q])
+        cmax = max(cmax, csq[j])
+    cmax = math.sqrt(cmax)
+    kappa = (2.0 * d + 4.0) * unit  # E_i = kappa ||x_i|| max_j ||c_j||
+    shift = np.zeros(t)  # the most any centroid of each group moved
+    for j in range(k):
+        shift[group_of[j]] = max(shift[group_of[j]], delta[j])
+    block = (n + nb - 1) // nb
+    scored = np.zeros(nb, dtype=np.int64)
+    for b in prange(nb):
+        lo = b * block
+        hi = min(n, lo + block)
+        todo = np.empty(hi - lo, dtype=np.int64)  # the rows this block must score
+        m = 0
+        for i in range(lo, hi):
+            if first:
+                todo[m] = i
+                m += 1
+                continue
+            a = old[i]
+            E = kappa * math.sqrt(xs[i]) * cmax
+            u = (upper[i] + delta[a]) * (1.0 + RHO)
+            glb = np.inf
+            for g in range(t):
+                lb = (np.float64(lower[i, g]) - shift[g]) * (1.0 - RHO)
+                if lb < 0.0:
+                    lb = 0.0
+                lower[i, g] = np.float32(lb * _DOWN)
+                glb = min(glb, np.float64(lower[i, g]))
+            skip = u * u * (1.0 + RHO) + 2.0 * E < glb * glb * (1.0 - RHO)
+            if not skip:  # tighten the upper bound to the row's distance, and test again
+                dist = 0.0
+                for q in range(d):
+                    diff = np.float64(X[i, q]) - np.float64(C[a, q])
+                    dist += diff * diff
+                u = math.sqrt(dist) * (1.0 + RHO) + 4.0 * unit * math.sqrt(xs[i] + cmax * cmax)
+                skip = u * u * (1.0 + RHO) + 2.0 * E < glb * glb * (1.0 - RHO)
+            upper[i] = u
+            if skip:
+                new[i] = a
+            else:
+                todo[m] = i
+                m += 1
+        scored[b] = m
+        buf = np.empty((min(WIDE_ROWS, max(m, 1)), d), dtype=X.dtype)
+        lows = np.empty(t)
+        for s0 in range(0, m, WIDE_ROWS):
+            s1 = min(m, s0 + WIDE_ROWS)
+            for r in range(s1 - s0):
+                i = todo[s0 + r]
+                for q in range(d):
+                    buf[r, q] = X[i, q]
+            P = np.dot(buf[: s1 - s0], CT)  # (rows, k) BLAS, in X's dtype
+            for r in range(s1 - s0):
+                i = todo[s0 + r]
+                E = kappa * math.sqrt(xs[i]) * cmax
+                best = np.inf
+                a = 0
+                for j in range(k):
+                    gj = csq[j] - 2.0 * np.float64(P[r, j])
+                    if gj < best:
+                        best = gj
+                        a = j
+                for g in range(t):
+                    lows[g] = np.inf
+                for j in range(k):
+                    if j != a:
+                        gj = csq[j] - 2.0 * np.float64(P[r, j])
+                        g = group_of[j]
+                        if gj < lows[g]:
+                            lows[g] = gj
+                new[i] = a
+                upper[i] = math.sqrt(max(best + xs[i] + E, 0.0)) * (1.0 + RHO)
+                for g in range(t):
+                    lb = np.inf if lows[g] == np.inf else \
+                        math.sqrt(max(lows[g] + xs[i] - E, 0.0)) * (1.0 - RHO)
+                    lower[i, g] = np.float32(lb * _DOWN) if lb < np.inf else np.float32(np.inf)
+    return scored.sum()
+
+
+@njit(cache=True, nogil=True)
+def move_rows(X, w, old, new, N, S, count):
+    """The sums ``N`` (k,), ``S`` (k, d) and row counts ``count`` (k,) of the labels ``old``
+    turned in place into those of ``new``: each row whose label changed leaves its old cluster
+    and joins its new one (float64, in row order). Returns how many moved."""
+    has_w = w.shape[0] > 0
+    moved = 0
+    for i in range(X.shape[0]):
+        a, b = old[i], new[i]
+        if a == b:
+            continue
+        moved += 1
+        count[a] -= 1
+        count[b] += 1
+        wi = np.float64(w[i]) if has_w else 1.0
+        N[a] -= wi
+        N[b] += wi
+        for q in range(X.shape[1]):
+            x = wi * np.float64(X[i, q])
+            S[a, q] -= x
+            S[b, q] += x
+    return moved
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def label_sums(X, w, labels, k, nb):
+    """``N`` (k,), ``S`` (k, d) and the row counts (k,) of the clusters ``labels`` (n,), each
+    block's partial sums added in block order (as :func:`rbfkmeans._loops.hard_wide` adds
+    them)."""
+    n, d = X.shape
+    has_w = w.shape[0] > 0
+    block = (n + nb - 1) // nb
+    N = np.zeros((nb, k))
+    S = np.zeros((nb, k, d))
+    cnt = np.zeros((nb, k))
+    for b in prange(nb):
+        for i in range(b * block, min(n, (b + 1) * block)):
+            a = labels[i]
+            wi = np.float64(w[i]) if has_w else 1.0
+            N[b, a] += wi
+            cnt[b, a] += 1.0
+            for q in range(d):
+                S[b, a, q] += wi * np.float64(X[i, q])
+    return sum_blocks(N), sum_blocks(S.reshape(nb, k * d)).reshape(k, d), \
+        sum_blocks(cnt).astype(np.int64)
