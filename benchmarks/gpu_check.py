@@ -927,18 +927,16 @@ def step_vq(ctx: Context) -> None:
 def step_deep(ctx: Context) -> None:
     from rbfkmeans import kernels
     from rbfkmeans.deep import DeepClusterer, evaluate, load_dataset
+    from rbfkmeans.deep.experiment import _clusterer as build_clusterer
     from rbfkmeans.deep.experiment import default_config
 
     rec = ctx.record
     _, rec["kernels_warm_up_s"] = wall(ctx, kernels.warm_up)  # the CPU start fit uses them
     cfg = default_config(quick=ctx.quick)
     ds = load_dataset("digits")
-    kwargs = {key: v for key, v in cfg.items() if key not in ("hidden", "n_latent")}
     has_device = "device" in inspect.signature(DeepClusterer.__init__).parameters
-    if has_device:
-        kwargs["device"] = ctx.device_name
-    dc = DeepClusterer.mlp(ds.X.shape[1], ds.n_clusters, hidden=cfg["hidden"],
-                           n_latent=cfg["n_latent"], random_state=0, **kwargs)
+    overrides = {"device": ctx.device_name} if has_device else {}
+    dc = build_clusterer(cfg, ds.X.shape[1], ds.n_clusters, 0, False, **overrides)
     if has_device:
         rec["device_support"] = "DeepClusterer(device=...)"
     else:

@@ -306,7 +306,13 @@ def test_estimator_critical_temperature_is_the_spherical_one() -> None:
     assert est.critical_temperature_ == pytest.approx(expected, rel=1e-9)
     assert critical_temperature(torch.as_tensor(X), "entmax15", 4,
                                 metric="cosine") == pytest.approx(expected, rel=1e-9)
-    assert est.temperatures_[0] == pytest.approx(1.2 * expected, rel=1e-9)
+    geometric = rk.RBFKMeans(4, assignment="entmax15", metric="cosine", schedule="geometric",
+                             random_state=0).fit(X)
+    assert geometric.temperatures_[0] == pytest.approx(1.2 * expected, rel=1e-9)
+    # the event-driven ladder anneals the unit rows as Euclidean points: it starts at 0.8 times
+    # their Euclidean first split, sqrt(k) lambda_max(Cov x_hat)
+    euclidean = math.sqrt(4) * np.linalg.eigvalsh(cov).max()
+    assert est.temperatures_[0] == pytest.approx(0.8 * euclidean, rel=1e-9)
 
 
 def test_sphere_spread_matches_numpy() -> None:
@@ -421,7 +427,7 @@ def test_partial_fit_and_fit_batches_stay_on_the_sphere() -> None:
 def test_gradient_solver_equals_lloyd_solver() -> None:
     X = directions(n_per=20, seed=14, spread=0.3)
     kw = {"metric": "cosine", "random_state": 0, "max_swaps": 0, "assignment": "softmax"}
-    a = rk.RBFKMeans(4, **kw).fit(X)
+    a = rk.RBFKMeans(4, schedule="geometric", **kw).fit(X)  # the gradient solver's ladder
     b = rk.RBFKMeans(4, solver="gradient", **kw).fit(X)
     np.testing.assert_allclose(b.cluster_centers_, a.cluster_centers_, rtol=1e-8, atol=1e-10)
     c = rk.RBFKMeans(4, solver="gradient", optimizer=lambda p: torch.optim.Adam(p, lr=0.05),

@@ -384,6 +384,7 @@ BAD_PARAMS: dict[str, Any] = {
     "metric": "manhattan",
     "schedule": "linear",
     "subsample": 0,
+    "fit_rows": 0,
     "init": "kmeans",
     "n_init": 0,
     "max_iter": 0,
@@ -759,3 +760,22 @@ def test_run_functions_reject_bad_input() -> None:
         runs_mod.fit_run(fitted, data, 0, 0.0, 1.0, 0, "fast")
     out = runs_mod.fit_run(fitted, data, 0, 0.0, 1.0, 0, "splits")  # a fitted estimator's run
     assert out["inertia"] == pytest.approx(fitted.inertia_, rel=1e-9)
+
+
+def test_fit_rows_fits_on_a_sample_and_labels_every_row() -> None:
+    """``fit_rows``: the centroids are a Lloyd fixed point of a random sample of that many rows
+    (one more Lloyd step on the sample changes none of them), every row gets its nearest
+    centroid, and ``inertia_`` is ``J`` of all rows; without it, of all rows."""
+    X, _ = make_blobs(n_samples=3000, centers=6, cluster_std=1.5, random_state=3)
+    est = RBFKMeans(6, fit_rows=600, random_state=0).fit(X)
+    C = est.cluster_centers_
+    d2 = ((X[:, None, :] - C[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(est.labels_, d2.argmin(1))
+    assert est.inertia_ == pytest.approx(d2.min(1).sum(), rel=1e-10)
+    full = RBFKMeans(6, random_state=0).fit(X)
+    assert est.inertia_ >= full.inertia_ * (1 - 1e-12)  # a sample's fixed point: no better
+    assert est.inertia_ <= full.inertia_ * 1.02
+    # not a fixed point of all rows in general, but of the sample it was fitted on
+    means = np.stack([X[est.labels_ == j].mean(0) for j in range(6)])
+    assert not np.allclose(C, means, rtol=1e-10, atol=1e-10)
+    assert RBFKMeans(6, fit_rows=10_000, random_state=0).fit(X).inertia_ == full.inertia_

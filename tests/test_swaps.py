@@ -242,3 +242,35 @@ def test_estimator_last_look_grows_with_k(k: int, schedule: str, look: int,
     X = np.random.default_rng(0).normal(size=(400, 2))
     RBFKMeans(k, schedule=schedule, n_init=1, random_state=0).fit(X)
     assert seen == [look]
+
+
+@pytest.mark.parametrize("abbreviated", [True, False])
+def test_an_abbreviated_annealing_races_a_kmeanspp_start(monkeypatch: pytest.MonkeyPatch,
+                                                        abbreviated: bool) -> None:
+    """When the annealing is abbreviated (large ``n k d``) its polished result races a k-means++
+    start polished on the same rows, and the lower J goes on to the search: an annealing that
+    put every centroid in one blob (forced here) is rescued by the rival, to scikit-learn's
+    KMeans(n_init=10) inertia on well-separated blobs; a full annealing is not second-guessed."""
+    from sklearn.cluster import KMeans
+    from sklearn.datasets import make_blobs
+
+    from rbfkmeans import runs
+    from rbfkmeans.annealing import AnnealResult
+
+    X, y = make_blobs(3000, 8, centers=6, cluster_std=0.3, center_box=(-20, 20),
+                      random_state=3)
+    k = 6
+    inside_one = torch.as_tensor(X[y == 0][:k])  # every centroid in blob 0: a very poor start
+
+    def poor_annealing(est, data, C, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return AnnealResult(inside_one.to(data.X.dtype), [1.0], 1)
+
+    monkeypatch.setattr(runs, "_anneal", poor_annealing)
+    monkeypatch.setattr(runs, "ANNEAL_WORK", 0 if abbreviated else 1 << 62)
+    est = RBFKMeans(k, max_swaps=0, random_state=0).fit(X)
+    J_ref = KMeans(k, n_init=10, random_state=0).fit(X).inertia_
+    if abbreviated:
+        assert est.inertia_ == pytest.approx(J_ref, rel=1e-9)
+        assert adjusted_rand_score(y, est.labels_) == 1.0
+    else:
+        assert est.inertia_ > 10 * J_ref  # the forced start, polished: no rival ran

@@ -64,6 +64,7 @@ PARAMETERS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "T_end": ("None or a finite number > 0", lambda v: v is None or (is_real(v) and v > 0)),
     "schedule": ("'splits' or 'geometric'", lambda v: v in ("splits", "geometric")),
     "subsample": ("None or an integer >= 1", lambda v: v is None or (is_int(v) and v >= 1)),
+    "fit_rows": ("None or an integer >= 1", lambda v: v is None or (is_int(v) and v >= 1)),
     "cooling": ("None or a number in (0, 1)", lambda v: v is None or (is_real(v) and 0 < v < 1)),
     "max_iter_per_temperature": ("None or an integer >= 1",
                                  lambda v: v is None or (is_int(v) and v >= 1)),

@@ -71,7 +71,7 @@ __all__ = ["RBFKMeans"]
 
 #: wide data (``schedules.SAMPLE_SPREAD_MIN_DIM`` features on) with more rows than this takes
 #: ``lambda_max`` of its covariance (``T_c``) from a random sample of this many rows
-SPREAD_SAMPLE = 16384
+SPREAD_SAMPLE = 4096
 
 
 def _owns(Xt: Tensor, X: np.ndarray) -> bool:
@@ -137,6 +137,13 @@ class RBFKMeans(
         anneals on all rows. On more than ``2 max(65536, 256 k)`` rows the hard polish and the
         swap search run on a random ``max(65536, 256 k)`` of them, then a last polish on all
         rows until their labels settle (``None``: all rows throughout).
+    fit_rows : int or None, default None
+        The faster setting for large data: fit the centroids (annealing, polish, swap search)
+        on a random sample of at most this many rows, then label every row with one pass
+        (``inertia_`` is then ``J`` of all the rows at those centroids, which are a Lloyd fixed
+        point of the sample, not of the data), as faiss and mini-batch k-means trade quality
+        for time. ``256 k`` is faiss's default sample; ``None``: every row, and the result is
+        a Lloyd fixed point of the data.
     T_start : float, optional
         First temperature; default ``1.2 T_c`` (geometric) or ``0.8 T_c`` (splits), with ``T_c``
         the first critical temperature (``lambda_max(Cov X)`` for softmax,
@@ -223,6 +230,7 @@ class RBFKMeans(
         metric: str = "sqeuclidean",
         schedule: str = "splits",
         subsample: int | None = 64,
+        fit_rows: int | None = None,
         init: Any = "auto",
         n_init: int | str = "auto",
         max_iter: int = 300,
@@ -248,6 +256,7 @@ class RBFKMeans(
         self.metric = metric
         self.schedule = schedule
         self.subsample = subsample
+        self.fit_rows = fit_rows
         self.init = init
         self.n_init = n_init
         self.max_iter = max_iter

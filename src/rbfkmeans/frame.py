@@ -83,14 +83,14 @@ class Frame:
         tot = torch.zeros(1, dtype=torch.float64, device=dev)
         s1 = torch.zeros(d, dtype=torch.float64, device=dev)
         for s in iter_chunks(n, rows):
-            Xc = X[s].double()  # (b, d)
-            if sample_weight is None:
-                tot += Xc.shape[0]
-                s1 += Xc.sum(dim=0)
+            if sample_weight is None:  # chunk sums in the data's precision: the shift need
+                tot += s.stop - s.start  # only be near the mean (float64 where they overflow)
+                part = X[s].sum(dim=0).double()
+                s1 += part if bool(torch.isfinite(part).all()) else X[s].double().sum(dim=0)
             else:
                 wc = sample_weight[s].double()
                 tot += wc.sum()
-                s1 += wc @ Xc
+                s1 += wc @ X[s].double()
         if comm is not None:
             comm.sum_(tot, s1)
         if not float(tot) > 0:
@@ -99,14 +99,22 @@ class Frame:
         # per chunk: sum_i w_i ||x_i - mu||^2, max |x - mu|, max |x|
         acc = torch.zeros(1, dtype=torch.float64, device=dev)
         big = torch.zeros(2, dtype=torch.float64, device=dev)
+        mu_x = mu.to(X.dtype)  # the deviations in the data's precision, summed in float64
+        squares_fit = torch.finfo(X.dtype).max / 16 if X.dtype.is_floating_point else math.inf
         for s in iter_chunks(n, rows):
-            Xc = X[s].double() - mu  # (b, d)
-            sq = (Xc * Xc).sum(dim=1)  # (b,)
+            Xc = X[s] - mu_x  # (b, d)
+            if not Xc.numel():
+                continue
+            lo_c, hi_c = torch.aminmax(Xc)
+            lo, hi = torch.aminmax(X[s])
+            m = float(torch.maximum(-lo_c, hi_c))
+            if m * m * d < squares_fit:  # (b,) in the chunk's own temporary
+                sq = Xc.square_().sum(dim=1).double()
+            else:  # the squares would overflow the data's precision
+                sq = (X[s].double() - mu).square_().sum(dim=1)
             acc += sq.sum() if sample_weight is None else sq @ sample_weight[s].double()
-            if Xc.numel():  # the chunk's own temporaries only
-                lo, hi = torch.aminmax(X[s])
-                big = torch.maximum(big, torch.stack([Xc.abs_().amax(),
-                                                      torch.maximum(-lo, hi).double()]))
+            big = torch.maximum(big, torch.stack([torch.maximum(-lo_c, hi_c).double(),
+                                                  torch.maximum(-lo, hi).double()]))
         if comm is not None:
             comm.sum_(acc)
             big = comm.all_gather(big.unsqueeze(0)).amax(dim=0)

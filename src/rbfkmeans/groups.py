@@ -52,7 +52,7 @@ from torch import Tensor
 from . import kernels
 from ._validation import check_matrix, check_temperature, check_tensor
 from .assignments import Assignment, get_assignment
-from .distances import row_norms_sq
+from .distances import chunk_rows, row_norms_sq
 from .passes import Data, check_data
 from .schedules import top_eigenpair
 
@@ -279,29 +279,36 @@ def _kernel_sums_wide(
     g, d = C.shape
     ns = int(split.numel())
     parts = []
-    A = None if matrix_free else torch.zeros(ns, d, d, dtype=torch.float64)
-    rows_of: list[list[Tensor]] = [[] for _ in range(ns)]
-    weights_of: list[list[Tensor]] = [[] for _ in range(ns)]
+    rows_of: list[Tensor] = []
+    cols_of: list[Tensor] = []
+    weights_of: list[Tensor] = []
     for s in data.chunks(g):
         Xc = data.X[s]
         gw = torch.zeros(Xc.shape[0], ns, dtype=torch.float64)
         parts.append(kernels.group_pass(Xc, C, m, T, entry.name, data.weight(s),
                                         objective=objective, split=split, hard_tol=hard_tol,
                                         gains_out=gw)[:4])
-        Xd = None if A is None else Xc.double()
-        for i, j in enumerate(split.tolist()):  # over group j's support only
-            rows = gw[:, i].nonzero().squeeze(1)
-            if A is None:
-                rows_of[i].append(rows + s.start)
-                weights_of[i].append(gw[rows, i])
-                continue
-            assert Xd is not None
-            Y = Xd[rows] - C[j].double()  # (b_j, d)
-            A[i].addmm_((Y * gw[rows, i : i + 1]).T, Y)
+        r, c = gw.nonzero(as_tuple=True)  # each (row, splitting group) of a support
+        rows_of.append(r + s.start)
+        cols_of.append(c)
+        weights_of.append(gw[r, c])
     N, S, V, acc = (torch.stack(t).sum(dim=0) for t in zip(*parts, strict=True))
-    supports = None if A is not None else [
-        (torch.cat(r), torch.cat(w)) for r, w in zip(rows_of, weights_of, strict=True)]
-    return N, S, V, acc, A, supports
+    rows, cols, weights = torch.cat(rows_of), torch.cat(cols_of), torch.cat(weights_of)
+    order = torch.argsort(cols, stable=True)  # grouped by splitting group, rows in order
+    rows, cols, weights = rows[order], cols[order], weights[order]
+    bounds = torch.searchsorted(cols, torch.arange(ns + 1)).tolist()
+    supports = [(rows[bounds[i] : bounds[i + 1]], weights[bounds[i] : bounds[i + 1]])
+                for i in range(ns)]
+    if matrix_free:
+        return N, S, V, acc, None, supports
+    A = torch.zeros(ns, d, d, dtype=torch.float64)
+    for i, j in enumerate(split.tolist()):  # products over group j's support, by chunks
+        r, u = supports[i]
+        step = chunk_rows(max(1, r.numel()), d, data.chunk_size)
+        for b in range(0, r.numel(), step):
+            Y = data.X[r[b : b + step]].double() - C[j].double()  # (b_j, d)
+            A[i].addmm_((Y * u[b : b + step].unsqueeze(1)).T, Y)
+    return N, S, V, acc, A, None
 
 
 def _top_eigenpairs_matrix_free(X: Tensor, C: Tensor, split: Tensor,

@@ -234,8 +234,8 @@ def cluster_stats(
     inertia = torch.zeros((), dtype=torch.float64, device=dev)
     n_soft = torch.zeros((), dtype=torch.float64, device=dev)
     labels = torch.empty(data.n, dtype=torch.long, device=dev) if return_labels else None
-    X_sq = data.X_sq if objective else None
     fused = hard and kernels.usable(data.X, k, scores=True)  # one sweep of the kernel
+    X_sq = data.X_sq if objective and not fused else None  # the kernel squares its rows
     if fused:
         N, S, inertia = kernels.hard_pass(data.X, C, data.w, labels=labels, objective=objective)
     for s in () if fused else data.chunks(k):

@@ -57,14 +57,16 @@ def _draw(
     return owner, local
 
 
-def _potentials(data: Data, cand: Tensor, closest: Tensor, w: Tensor) -> Tensor:
+def _potentials(data: Data, cand: Tensor, closest: Tensor, w: Tensor, out: Tensor) -> Tensor:
     """``sum_i w_i min(closest_i, ||x_i - cand_t||^2)`` for each candidate ``t`` (trials,), in
-    float64: one chunked pass, never a (trials, n) matrix."""
+    float64, by one chunked pass; the squared distances go to ``out`` (n, trials), so that the
+    chosen candidate's column updates ``closest`` without a second pass over ``X`` (a row of
+    ``out`` is ``trials`` numbers where one of ``X`` is ``d``)."""
     pot = torch.zeros(cand.shape[0], dtype=torch.float64, device=data.X.device)
     C_sq = row_norms_sq(cand)
     X_sq = data.X_sq
     for s in data.chunks(cand.shape[0]):
-        D = torch.addmm(C_sq.unsqueeze(0), data.X[s], cand.T, alpha=-2.0)  # (b, t)
+        D = torch.addmm(C_sq.unsqueeze(0), data.X[s], cand.T, alpha=-2.0, out=out[s])  # (b, t)
         D.add_(X_sq[s].unsqueeze(1)).clamp_(min=0.0)
         pot += w[s] @ torch.minimum(D, closest[s].unsqueeze(1)).double()
     return pot
@@ -114,13 +116,14 @@ def kmeans_plusplus(
     first = pick(w, 1)
     centers[0] = first[0]
     closest = nearest(data, first).dist  # (n,)
+    D = data.X.new_empty((n, trials))  # the candidates' squared distances, reused
     for c in range(1, k):
         cand = pick(w * closest.double(), trials)  # (trials, d)
-        pot = _potentials(data, cand, closest, w)  # (trials,)
+        pot = _potentials(data, cand, closest, w, D)  # (trials,)
         comm.sum_(pot)
         best = int(pot.argmin())
         centers[c] = cand[best]
-        closest = torch.minimum(closest, nearest(data, cand[best : best + 1]).dist)
+        torch.minimum(closest, D[:, best], out=closest)
     return centers
 
 

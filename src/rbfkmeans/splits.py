@@ -245,6 +245,7 @@ def anneal_splits(
     generator: torch.Generator | None = None,
     keep_history: bool = True,
     progress: Callable[[float, int], None] | None = None,
+    stop_at_singles: bool = False,
 ) -> AnnealResult:
     r"""Event-driven annealing of ``n_clusters`` copies from the weighted mean (module docstring).
 
@@ -254,7 +255,9 @@ def anneal_splits(
     Groups closer than ``merge_tol * T`` (squared distance) are merged. The ladder stops when
     every group is a single centroid and the memberships are hard, the relaxation gap is at most
     ``stop_gap``, or the fixed point took at most ``settled_iter`` steps (the hard polish takes
-    over), or after ``max_temperatures``. ``points_per_group`` rows per group are used, and at
+    over), or after ``max_temperatures``; with ``stop_at_singles`` as soon as every group is a
+    single centroid (large problems, where the cold end of the ladder costs most and the hard
+    polish refines as well). ``points_per_group`` rows per group are used, and at
     least ``min_points`` (a growing random subsample drawn from ``generator``; ``None``: all
     rows).
 
@@ -318,7 +321,8 @@ def anneal_splits(
         if progress is not None:
             progress(T, it)
         singles = bool((m == 1).all())
-        if singles and (st.n_soft == 0 or st.inertia - st.objective <= stop_gap * abs(st.inertia)
+        if singles and (stop_at_singles or st.n_soft == 0
+                        or st.inertia - st.objective <= stop_gap * abs(st.inertia)
                         or it <= settled_iter):
             hard = st.n_soft == 0
             break

@@ -57,12 +57,13 @@ def principal_subspace(data: Data, rows: Tensor) -> Subspace:
     eigenvalue, the fewest that hold :data:`VARIANCE` of the variance, between
     :data:`MIN_DIM` and :data:`MAX_DIM` of them."""
     check_data(data)
-    X = data.X[rows].double()  # (m, d)
-    w = None if data.w is None else data.w[rows].double()
-    tot = float(X.shape[0] if w is None else w.sum())
-    mu = (X.sum(0) if w is None else w @ X) / max(tot, 1e-300)  # (d,)
-    Y = X - mu
-    cov = (Y.T @ (Y if w is None else Y * w.unsqueeze(1))) / max(tot, 1e-300)  # (d, d)
+    X = data.X[rows]  # (m, d)
+    w = None if data.w is None else data.w[rows].to(X.dtype)
+    tot = float(X.shape[0] if w is None else w.double().sum())
+    mu = (X.sum(0, dtype=torch.float64) if w is None else w.double() @ X.double()) / max(
+        tot, 1e-300)  # (d,)
+    Y = X - mu.to(X.dtype)  # in the data's precision: the directions, not the digits, matter
+    cov = ((Y.T @ (Y if w is None else Y * w.unsqueeze(1))) / max(tot, 1e-300)).double()
     d = data.d
     top = min(MAX_DIM, d)
     import scipy.linalg  # the top eigenpairs only (LAPACK's subset solver)

