@@ -157,3 +157,56 @@ def test_bad_input_names_the_parameter() -> None:
         bounded(torch.tensor([[0.0, float("nan")]], dtype=torch.float64))
     with pytest.raises(ValueError, match="bounds must be True, False or None; got 'yes'"):
         lloyd(data, data.X[:2], bounds="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("weighted", [False, True])
+def test_spherical_lloyd_with_bounds_equals_plain_spherical_lloyd(seed: int,
+                                                                  weighted: bool) -> None:
+    """Cosine data: the bounds of the unit rows' Euclidean distances to the unit centroids
+    (``2 - 2 cos``) give the labels, iterations and centroids of full cosine passes."""
+    X = _blobs(seed, 3000, 6, 12)
+    w = torch.linspace(0.1, 2.0, 3000, dtype=torch.float64) if weighted else None
+    data = Data(X, w, chunk_size=500, metric="cosine")
+    C0 = X[:24].clone()
+    plain = lloyd(data, C0, bounds=False)
+    fast = lloyd(data, C0, bounds=True)
+    assert fast.n_iter == plain.n_iter
+    assert fast.converged
+    assert torch.equal(fast.labels, plain.labels)
+    torch.testing.assert_close(fast.C, plain.C, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(fast.C.norm(dim=1), torch.ones(24, dtype=torch.float64))
+    assert fast.inertia == pytest.approx(plain.inertia, rel=1e-12)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_spherical_stall_objective_is_the_objective_at_the_mean_directions(
+        weighted: bool) -> None:
+    """The give-up rule's ``J_t`` on cosine data, ``sum w - sum_j ||S_j||``, is the spherical
+    objective of the labels at their mean directions (computed by a pass at those centroids)."""
+    from rbfkmeans.lloyd import _between, _moments
+
+    X = _blobs(5, 2000, 5, 8)
+    w = torch.rand(2000, generator=torch.Generator().manual_seed(1), dtype=torch.float64) \
+        if weighted else None
+    data = Data(X, w, metric="cosine")
+    st_ = cluster_stats(data, data.project(X[:10].clone()), 0.0, "hard", return_labels=True)
+    directions = st_.S / st_.S.norm(dim=1, keepdim=True)
+    # the objective of the same labels at their mean directions, summed point by point
+    cos = (data.X * directions[st_.labels]).sum(dim=1)
+    weights = torch.ones(2000, dtype=torch.float64) if w is None else w
+    expected = float((weights * (1.0 - cos)).sum())
+    got = _moments(data, spherical=True) - _between(st_, spherical=True)
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_spherical_lloyd_gives_up_below_an_unreachable_target() -> None:
+    X = _blobs(2, 3000, 6, 12)
+    data = Data(X, metric="cosine")
+    free = lloyd(data, X[:24].clone(), bounds=True)
+    hopeless = lloyd(data, X[:24].clone(), bounds=True, target=0.0)
+    assert free.converged
+    assert not free.gave_up
+    assert hopeless.gave_up
+    assert not hopeless.converged
+    assert hopeless.n_iter < free.n_iter

@@ -216,5 +216,5 @@ def test_neighbor_consistency_loss_reference_and_gradient() -> None:
         lambda z: neighbor_consistency_loss(torch.softmax(z, 1), Rp, 0.5), (Z,))
     with pytest.raises(ValueError, match="entropy_weight must be a finite number >= 0"):
         neighbor_consistency_loss(R, Rp, -1.0)
-    with pytest.raises(ValueError, match=r"one shape; got \(6, 3\) and \(5, 3\)"):
+    with pytest.raises(ValueError, match=r"R_pos must have the shape of R \(6, 3\); got \(5, 3\)"):
         neighbor_consistency_loss(R, Rp[:5])

@@ -1,7 +1,9 @@
 """The figures in the docs come from the committed results files: the deep-clustering table of
 docs/deep-clustering.md is exactly what ``benchmarks/bench_deep.py --table`` renders from
 ``benchmarks/results/deep.json``, the quality and time table of docs/estimator.md what
-``benchmarks/bench_fit.py --table`` renders from ``benchmarks/results/fit.json``."""
+``benchmarks/bench_fit.py --table`` renders from ``benchmarks/results/fit.json``, its
+embeddings table what ``benchmarks/bench_embeddings.py --table`` renders from
+``benchmarks/results/embeddings.json``."""
 
 from __future__ import annotations
 
@@ -101,3 +103,13 @@ def test_estimator_docs_quote_the_new_photograph_samples_and_all_row_annealing()
     assert f"at {summary['geomean_time_ratio_where_kmeans_over_0.1s']:.2f}x" in page
     sets, n_sets, seeds, n_seeds, _ = _photograph_record("fit_all_rows_pixels_seed1.json")
     assert f"but {sets} of the {n_sets} new photograph sets ({seeds} of {n_seeds} seeds)" in page
+
+
+def test_estimator_docs_embeddings_table_equals_the_committed_results() -> None:
+    bench = _bench("bench_embeddings")
+    results = json.loads((ROOT / "benchmarks" / "results" / "embeddings.json").read_text())
+    page = (ROOT / "docs" / "estimator.md").read_text()
+    start, end = page.index(bench.TABLE_BEGIN), page.index(bench.TABLE_END) + len(bench.TABLE_END)
+    assert page[start:end] == bench.table(results)
+    assert set(results["workloads"]) == set(bench.WORKLOADS)
+    assert not results["quick"]

@@ -129,8 +129,9 @@ class RBFKMeans(
         subsample (``subsample`` rows per group); it is exact for softmax, entmax15 and
         sparsemax and much cheaper than ``"geometric"`` (:func:`rbfkmeans.annealing.anneal`):
         every centroid through every temperature of ``T_start, T_start cooling, ...``. The
-        event-driven ladder starts from the mean (``init="auto"`` or ``"mean"``); other starts,
-        the gradient solver and the cosine metric run the geometric ladder.
+        event-driven ladder starts from the mean (``init="auto"`` or ``"mean"``; cosine data
+        anneals its unit rows as Euclidean points); other starts and the gradient solver run
+        the geometric ladder.
     subsample : int or None, default 64
         ``"splits"``: rows per group of centroids used while annealing, 4096 at least (all rows
         when the data has fewer, and then integer weights equal repeated rows exactly); ``None``

@@ -176,26 +176,31 @@ def lloyd(
     With ``data.metric`` cosine this is spherical k-means: ``C0`` is projected onto the sphere
     and each update is ``c_j <- m_j / ||m_j||``.
 
-    With ``bounds`` (and no ``callback``, on sqeuclidean data) the passes after the first skip
-    the points whose label cannot have changed (:class:`rbfkmeans.bounds.BoundedAssignment`;
-    the sums are then kept in float64): the same Lloyd iterations up to rounding, at a fraction
-    of the cost once few labels move. ``None`` (default) uses them from ``n k >= 2^20`` on
-    (measured: below that their bookkeeping costs more than the distances it saves), except on
-    few features on the CPU, where the compiled passes keep bounds of their own. Otherwise, on
+    With ``bounds`` (and no ``callback``) the passes after the first skip the points whose
+    label cannot have changed (:class:`rbfkmeans.bounds.BoundedAssignment`; the sums are then
+    kept in float64): the same Lloyd iterations up to rounding, at a fraction of the cost once
+    few labels move. On cosine data they bound the Euclidean distances of the unit rows to the
+    unit centroids, ``||x - c||^2 = 2 - 2 cos(x, c)``, whose nearest centroid is the most
+    similar one. ``None`` (default) uses them from ``n k >= 2^20`` on (measured: below that
+    their bookkeeping costs more than the distances it saves), except on the CPU where the
+    compiled Lloyd runs take over (squared-Euclidean data; they keep bounds of their own).
+    Otherwise, on
     the CPU in a single process and without a callback, the iterations run in compiled code
     (:func:`rbfkmeans.kernels.lloyd_run`: bounded passes with the labels and sums of full ones
     on few features, full passes on BLAS products beyond) until one leaves a cluster empty;
     the relocation and what follows run here.
 
-    With a ``target`` (a value of ``J`` the caller hopes to go below; squared-Euclidean data)
-    the run gives up, unconverged (``gave_up``), once from the third iteration on
+    With a ``target`` (a value of ``J`` the caller hopes to go below) the run gives up,
+    unconverged (``gave_up``), once from the third iteration on
 
     .. math::
 
         J_t - \text{target} > \text{STALL} \, (J_{t-1} - J_t), \qquad
         J_t = \sum_i w_i \lVert x_i \rVert^2 - \sum_j \lVert S_j \rVert^2 / N_j,
 
-    ``J_t`` the objective of iteration ``t``'s labels at their means (``STALL = 40``: at the pace
+    ``J_t`` the objective of iteration ``t``'s labels at their means (on cosine data at their
+    mean directions, ``J_t = sum_i w_i - sum_j ||S_j||``: the spherical objective of the unit
+    rows, ``sum_{i in j} w_i x_i . S_j / ||S_j|| = ||S_j||``) (``STALL = 40``: at the pace
     of its last step the run would need more than 40 further steps to get there, and Lloyd's
     steps shrink). A heuristic for searches that only keep runs ending below ``target``; an
     iteration that relocates an empty cluster is not judged.
@@ -216,19 +221,18 @@ def lloyd(
     if target is not None and not (isinstance(target, int | float)
                                    and not isinstance(target, bool) and math.isfinite(target)):
         raise ValueError(f"target must be a finite number or None; got {target!r}")
-    if target is not None and data.metric.name != "sqeuclidean":
-        target = None  # the rule is written for J on squared distances
     C = data.project(data.check_centroids(C0, "C0").clone(), name="C0")
     comm = data.comm
+    spherical = data.metric.spherical
     labels_old: Tensor | None = None
     converged = False
     bounded = None
     if bounds is None:  # every rank decides alike (the two passes reduce different tensors)
         n_total = sum(comm.counts(data.n)) if comm.active else data.n
         bounds = (n_total * C.shape[0] >= BOUNDS_MIN_ENTRIES
-                  and not kernels.usable(data.X, C.shape[0], scores=True))
-    if bounds and callback is None and data.metric.name == "sqeuclidean":
-        bounded = BoundedAssignment(data)
+                  and (spherical or not kernels.usable(data.X, C.shape[0], scores=True)))
+    if bounds and callback is None:
+        bounded = BoundedAssignment(_euclidean(data) if spherical else data)
     it = done = 0
     gave_up = False
     if (bounded is None and callback is None and not comm.active
@@ -244,7 +248,7 @@ def lloyd(
                                run.gave_up, run.bounds)
         C, labels_old, done = run.C, run.labels, run.n_iter
         it = done
-    moments = _moments(data) if target is not None else 0.0
+    moments = _moments(data, spherical) if target is not None else 0.0
     J_prev = math.inf
     for it in range(done + 1, max_iter + 1):
         if bounded is not None:
@@ -274,7 +278,7 @@ def lloyd(
             if n_empty:
                 J_prev = math.inf
                 continue
-            J = moments - _between(st)
+            J = moments - _between(st, spherical)
             if it >= 3 and J - target > STALL * (J_prev - J):
                 gave_up = True
                 break
@@ -307,18 +311,28 @@ def _warm_start(C: Tensor, parent: LloydResult,
     return renumber[parent.labels], parent.bounds[0], parent.bounds[1], moved
 
 
-def _moments(data: Data) -> float:
-    """``sum_i w_i ||x_i||^2`` over the ranks, squared and added in float64 (``Data.X_sq`` is in
-    the data's dtype: in float32 its rounding would swamp ``J_t``, a small difference)."""
+def _euclidean(data: Data) -> Data:
+    """The unit rows of cosine ``data`` as squared-Euclidean data (the same tensors)."""
+    return Data(data.X, data.w, chunk_size=data.chunk_size, comm=data.comm, validate=False)
+
+
+def _moments(data: Data, spherical: bool = False) -> float:
+    """``sum_i w_i ||x_i||^2`` over the ranks (``sum_i w_i`` for unit rows, ``spherical``),
+    squared and added in float64 (``Data.X_sq`` is in the data's dtype: in float32 its rounding
+    would swamp ``J_t``, a small difference)."""
     total = 0.0
     for s in data.chunks(1):
-        sq = data.X[s].double().square().sum(dim=1)
+        sq = torch.ones(data.X[s].shape[0], dtype=torch.float64, device=data.X.device) \
+            if spherical else data.X[s].double().square().sum(dim=1)
         w = data.weight(s)
         total += float(sq.sum() if w is None else sq @ w.double())
     return data.comm.sum_scalars(total)[0] if data.comm.active else total
 
 
-def _between(st: Stats) -> float:
-    """``sum_j ||S_j||^2 / N_j`` of a hard pass (float64; clusters of no weight add nothing)."""
+def _between(st: Stats, spherical: bool = False) -> float:
+    """``sum_j ||S_j||^2 / N_j`` of a hard pass (``sum_j ||S_j||`` for unit rows,
+    ``spherical``; float64, clusters of no weight add nothing)."""
     N, S = st.N.double(), st.S.double()
+    if spherical:
+        return float(S.square().sum(dim=1).sqrt().sum())
     return float((S.square().sum(dim=1) / N.clamp(min=torch.finfo(N.dtype).tiny)).sum())

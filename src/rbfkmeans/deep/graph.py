@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._validation import check_positive_int
+from .._validation import check_finite, check_matrix, check_positive_int
 from ..distances import cross_term, iter_chunks, row_norms_sq
 
 __all__ = ["knn_graph", "neighbor_average", "principal_projection", "propagate"]
@@ -31,6 +31,7 @@ def principal_projection(X: Tensor, dims: int) -> Tensor:
     """Coordinates (n, dims) of the centred rows of ``X`` (n, d) on their ``dims`` leading
     principal axes (eigenvectors of the covariance, accumulated in float64 a block at a time)."""
     dims = check_positive_int(dims, "dims")
+    X = check_finite(check_matrix(X, "X"), "X")
     n, d = X.shape
     if dims >= d:
         return X - X.mean(dim=0)
@@ -52,7 +53,8 @@ def knn_graph(X: Tensor, n_neighbors: int, *, dims: int | None = None,
     its ``dims`` leading principal axes. ``chunk_rows`` query rows at a time (default: enough
     for :data:`GRAPH_CHUNK_ELEMENTS` distances)."""
     n_neighbors = check_positive_int(n_neighbors, "n_neighbors")
-    if X.ndim != 2 or X.shape[0] < 2:
+    X = check_finite(check_matrix(X, "X"), "X")
+    if X.shape[0] < 2:
         raise ValueError(f"X must be (n, d) with n >= 2 rows; got shape {tuple(X.shape)}")
     n = X.shape[0]
     m = min(n_neighbors, n - 1)
@@ -72,10 +74,20 @@ def knn_graph(X: Tensor, n_neighbors: int, *, dims: int | None = None,
     return out
 
 
-def _check_graph(R: Tensor, neighbors: Tensor) -> None:
-    if neighbors.ndim != 2 or neighbors.shape[0] != R.shape[0]:
-        raise ValueError(f"neighbors must be (n, m) with n = {R.shape[0]} rows of R; got "
+def check_graph(R: Tensor, neighbors: Tensor) -> None:
+    """Raise unless ``R`` is a finite (n, k) tensor and ``neighbors`` (n, m) integer indices of
+    its rows."""
+    check_finite(check_matrix(R, "R", "(n, k)"), "R")
+    check_matrix(neighbors, "neighbors", "(n, m)")
+    n = R.shape[0]
+    if neighbors.shape[0] != n:
+        raise ValueError(f"neighbors must be (n, m) with n = {n} rows of R; got "
                          f"{tuple(neighbors.shape)}")
+    if neighbors.is_floating_point() or neighbors.dtype == torch.bool:
+        raise TypeError(f"neighbors must hold integer row indices; got {neighbors.dtype}")
+    if neighbors.numel() and not 0 <= int(neighbors.min()) <= int(neighbors.max()) < n:
+        raise ValueError(f"neighbors must be row indices in [0, {n}); got values from "
+                         f"{int(neighbors.min())} to {int(neighbors.max())}")
 
 
 @torch.no_grad()
@@ -84,7 +96,7 @@ def neighbor_average(R: Tensor, neighbors: Tensor, rows: slice | Tensor | None =
     with its ``m`` neighbours' (``neighbors`` (n, m) row indices). ``rows`` (a slice or an
     index tensor) returns only those rows of ``Rbar``; the whole of it is built a block of rows
     at a time."""
-    _check_graph(R, neighbors)
+    check_graph(R, neighbors)
     if rows is not None:
         return (R[rows] + R[neighbors[rows]].sum(dim=1)) / (neighbors.shape[1] + 1)
     out = torch.empty_like(R)  # (n, k)
@@ -98,7 +110,7 @@ def propagate(R: Tensor, neighbors: Tensor, rounds: int = 1) -> Tensor:
     """:func:`neighbor_average` applied ``rounds`` times (``rounds = 0`` returns ``R``)."""
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
         raise ValueError(f"rounds must be an integer >= 0; got {rounds!r}")
-    _check_graph(R, neighbors)
+    check_graph(R, neighbors)
     for _ in range(rounds):
         R = neighbor_average(R, neighbors)
     return R

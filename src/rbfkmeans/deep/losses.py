@@ -53,10 +53,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .._validation import check_finite, check_matrix, check_real
 from ..assignments import get_assignment
 from ..distances import iter_chunks
 from ..objectives import objective_from_distances
-from .graph import neighbor_average
+from .graph import check_graph, neighbor_average
 
 __all__ = [
     "batch_targets",
@@ -70,11 +71,22 @@ __all__ = [
 ]
 
 
+def _memberships(R: object, name: str, like: Tensor | None = None,
+                 like_name: str = "") -> Tensor:
+    """``R`` as a real, finite (n, k) tensor (of ``like``'s shape when given), else raise."""
+    R = check_finite(check_matrix(R, name, "(n, k)"), name)
+    if like is not None and R.shape != like.shape:
+        raise ValueError(f"{name} must have the shape of {like_name} {tuple(like.shape)}; got "
+                         f"{tuple(R.shape)}")
+    return R
+
+
 def mapping_entropy(P: Tensor, assignment: str) -> Tensor:
     r"""Row entropies ``H(P_i)`` (n,) of the mapping's regulariser: Shannon ``-sum p log p``
     (softmax), Tsallis ``(4/3)(1 - sum p^{3/2})`` (entmax15), Gini ``(1/2)(1 - sum p^2)``
     (sparsemax), ``0`` (hard)."""
-    return get_assignment(assignment).entropy(P)
+    entry = get_assignment(assignment)
+    return entry.entropy(_memberships(P, "P"))
 
 
 def fenchel_young_loss(D: Tensor, P: Tensor, T: float, assignment: str) -> Tensor:
@@ -83,6 +95,9 @@ def fenchel_young_loss(D: Tensor, P: Tensor, T: float, assignment: str) -> Tenso
 
     ``l_T = (sum_j P_ij d_ij - 2T H(P_i)) - F_T,i >= 0``; for softmax ``l_T / 2T = KL(P || R)``.
     """
+    D = _memberships(D, "D")
+    P = _memberships(P, "P", D, "D")
+    T = check_real(T, "T", minimum=0.0)
     n = D.shape[0]
     F_sum = objective_from_distances(D, T, assignment)
     at_target = (P * D).sum() - 2.0 * T * mapping_entropy(P, assignment).sum()
@@ -95,6 +110,7 @@ def fenchel_young_loss(D: Tensor, P: Tensor, T: float, assignment: str) -> Tenso
 def target_sizes(R: Tensor, neighbors: Tensor | None = None) -> Tensor:
     r"""Soft cluster sizes ``f_j = sum_i Rbar_ij`` (k,) of the neighbour-averaged memberships,
     summed a block of rows at a time (``Rbar = R`` without ``neighbors``)."""
+    R = _memberships(R, "R")
     if neighbors is None:
         return R.sum(dim=0)
     f = R.new_zeros(R.shape[1])  # (k,)
@@ -110,8 +126,23 @@ def batch_targets(R: Tensor, rows: Tensor | slice, neighbors: Tensor | None, siz
     memberships ``R`` (n, k) of every row, the graph ``neighbors`` (n, m) (optional) and the soft
     cluster sizes ``sizes`` (k,) of :func:`target_sizes`: a minibatch's targets without building
     the (n, k) targets of all rows."""
-    if not 0.0 <= balance <= 1.0:
+    if not 0.0 <= check_real(balance, "balance") <= 1.0:
         raise ValueError(f"balance must be a number in [0, 1]; got {balance!r}")
+    R = _memberships(R, "R")
+    n = R.shape[0]
+    if isinstance(rows, Tensor):
+        if rows.dtype in (torch.bool, torch.uint8) or rows.is_floating_point() or \
+                (rows.numel() and not -n <= int(rows.min()) <= int(rows.max()) < n):
+            raise ValueError(f"rows must be integer indices in [-{n}, {n}) of R's rows; got "
+                             f"{rows.dtype} of shape {tuple(rows.shape)}")
+    elif not isinstance(rows, slice):
+        raise TypeError(f"rows must be a slice or an index tensor; got {type(rows).__name__}")
+    if neighbors is not None:
+        check_graph(R, neighbors)
+    sizes = check_finite(check_matrix(sizes.reshape(1, -1) if isinstance(sizes, Tensor)
+                                      else sizes, "sizes", "(k,)"), "sizes").reshape(-1)
+    if sizes.numel() != R.shape[1]:
+        raise ValueError(f"sizes must have shape ({R.shape[1]},); got {tuple(sizes.shape)}")
     Rbar = R[rows] if neighbors is None else neighbor_average(R, neighbors, rows)  # (b, k)
     P = Rbar.square() / sizes.clamp_min(1e-12).pow(balance)  # (b, k)
     return P / P.sum(dim=1, keepdim=True).clamp_min(1e-12)
@@ -123,7 +154,7 @@ def self_training_targets(
     r"""Targets ``P`` (n, k) from memberships ``R`` (n, k): average each row with its
     neighbours' (``neighbors`` (n, m) indices, optional), then
     ``P_ij ∝ Rbar_ij^2 / (sum_l Rbar_lj)^balance`` (``balance = 1``: DEC's rule)."""
-    if not 0.0 <= balance <= 1.0:
+    if not 0.0 <= check_real(balance, "balance") <= 1.0:
         raise ValueError(f"balance must be a number in [0, 1]; got {balance!r}")
     return batch_targets(R, slice(None), neighbors, target_sizes(R, neighbors), balance)
 
@@ -131,9 +162,10 @@ def self_training_targets(
 def neighbor_contrastive_loss(Z: Tensor, Z_pos: Tensor, tau: float = 0.5) -> Tensor:
     r"""Symmetric InfoNCE (module docstring) between rows ``Z`` (b, p) and their positives
     ``Z_pos`` (b, p), both on the unit sphere; row ``l != i`` of the other side is a negative."""
-    if not tau > 0.0:
-        raise ValueError(f"tau must be a number > 0; got {tau!r}")
-    if Z.shape != Z_pos.shape or Z.ndim != 2:
+    tau = check_real(tau, "tau", positive=True)
+    Z = check_finite(check_matrix(Z, "Z", "(b, p)"), "Z")
+    Z_pos = check_finite(check_matrix(Z_pos, "Z_pos", "(b, p)"), "Z_pos")
+    if Z.shape != Z_pos.shape:
         raise ValueError(f"Z and Z_pos must be (b, p) of one shape; got {tuple(Z.shape)} and "
                          f"{tuple(Z_pos.shape)}")
     logits = Z @ Z_pos.T / tau  # (b, b)
@@ -147,11 +179,9 @@ def neighbor_consistency_loss(R: Tensor, R_pos: Tensor, entropy_weight: float = 
     copy) should agree, while the batch's mean membership stays spread over the ``k`` clusters
     (``omega = entropy_weight``; without it every row could join one cluster). ``<R_i, R'_i>`` is
     clamped at ``1e-8``, so sparse mappings with disjoint supports give a finite loss."""
-    if R.shape != R_pos.shape or R.ndim != 2:
-        raise ValueError(f"R and R_pos must be (b, k) of one shape; got {tuple(R.shape)} and "
-                         f"{tuple(R_pos.shape)}")
-    if not 0.0 <= entropy_weight < math.inf:
-        raise ValueError(f"entropy_weight must be a finite number >= 0; got {entropy_weight!r}")
+    R = _memberships(R, "R")
+    R_pos = _memberships(R_pos, "R_pos", R, "R")
+    entropy_weight = check_real(entropy_weight, "entropy_weight", minimum=0.0)
     agree = -(R * R_pos).sum(dim=1).clamp_min(1e-8).log().mean()
     mean = R.mean(dim=0)  # (k,)
     entropy = -(mean * mean.clamp_min(1e-12).log()).sum()
