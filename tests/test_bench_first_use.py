@@ -3,9 +3,9 @@ reports the same fit as this process computes."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
+from collections.abc import Callable
+from types import ModuleType
 
 import pytest
 from sklearn.cluster import KMeans
@@ -13,21 +13,10 @@ from sklearn.datasets import load_iris
 
 import rbfkmeans as rk
 
-ROOT = Path(__file__).resolve().parents[1]
 
-
-def _module():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(
-        "bench_first_use", ROOT / "benchmarks" / "bench_first_use.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_fresh_process_fits_iris_as_this_process_does() -> None:
-    bench = _module()
+def test_the_fresh_process_fits_iris_as_this_process_does(
+        load_benchmark: Callable[[str], ModuleType]) -> None:
+    bench = load_benchmark("bench_first_use")
     got = bench._fit("iris", None)  # the warm cache: the suite's kernels are loaded
     X = load_iris().data
     assert got["inertia"] == pytest.approx(rk.RBFKMeans(3, random_state=0).fit(X).inertia_,
@@ -39,7 +28,8 @@ def test_the_fresh_process_fits_iris_as_this_process_does() -> None:
     assert got["process_s"] > got["import_s"] + got["first_fit_s"]
 
 
-def test_a_failing_process_is_an_error_with_its_output() -> None:
-    bench = _module()
+def test_a_failing_process_is_an_error_with_its_output(
+        load_benchmark: Callable[[str], ModuleType]) -> None:
+    bench = load_benchmark("bench_first_use")
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         bench._run([sys.executable, "-c", "1 / 0"], None)

@@ -46,10 +46,13 @@ def test_each_pass_equals_the_full_pass(seed: int, n: int, d: int, k: int, weigh
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("weighted", [False, True])
-def test_lloyd_with_bounds_equals_plain_lloyd(seed: int, weighted: bool) -> None:
-    X = _blobs(seed, 3000, 5, 12)
+@pytest.mark.parametrize("metric", ["sqeuclidean", "cosine"])
+def test_lloyd_with_bounds_equals_plain_lloyd(seed: int, weighted: bool, metric: str) -> None:
+    """On cosine data the bounds are those of the unit rows' Euclidean distances to the unit
+    centroids (``2 - 2 cos``): the labels, iterations and centroids of full cosine passes."""
+    X = _blobs(seed, 3000, 5 if metric == "sqeuclidean" else 6, 12)
     w = torch.linspace(0.1, 2.0, 3000, dtype=torch.float64) if weighted else None
-    data = Data(X, w, chunk_size=500)
+    data = Data(X, w, chunk_size=500, metric=metric)
     C0 = X[:24].clone()
     plain = lloyd(data, C0, bounds=False)
     fast = lloyd(data, C0, bounds=True)
@@ -57,6 +60,8 @@ def test_lloyd_with_bounds_equals_plain_lloyd(seed: int, weighted: bool) -> None
     assert fast.converged
     assert torch.equal(fast.labels, plain.labels)
     torch.testing.assert_close(fast.C, plain.C, rtol=1e-12, atol=1e-12)
+    if metric == "cosine":
+        torch.testing.assert_close(fast.C.norm(dim=1), torch.ones(24, dtype=torch.float64))
     assert fast.inertia == pytest.approx(plain.inertia, rel=1e-12)
 
 
@@ -157,26 +162,6 @@ def test_bad_input_names_the_parameter() -> None:
         bounded(torch.tensor([[0.0, float("nan")]], dtype=torch.float64))
     with pytest.raises(ValueError, match="bounds must be True, False or None; got 'yes'"):
         lloyd(data, data.X[:2], bounds="yes")  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("weighted", [False, True])
-def test_spherical_lloyd_with_bounds_equals_plain_spherical_lloyd(seed: int,
-                                                                  weighted: bool) -> None:
-    """Cosine data: the bounds of the unit rows' Euclidean distances to the unit centroids
-    (``2 - 2 cos``) give the labels, iterations and centroids of full cosine passes."""
-    X = _blobs(seed, 3000, 6, 12)
-    w = torch.linspace(0.1, 2.0, 3000, dtype=torch.float64) if weighted else None
-    data = Data(X, w, chunk_size=500, metric="cosine")
-    C0 = X[:24].clone()
-    plain = lloyd(data, C0, bounds=False)
-    fast = lloyd(data, C0, bounds=True)
-    assert fast.n_iter == plain.n_iter
-    assert fast.converged
-    assert torch.equal(fast.labels, plain.labels)
-    torch.testing.assert_close(fast.C, plain.C, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(fast.C.norm(dim=1), torch.ones(24, dtype=torch.float64))
-    assert fast.inertia == pytest.approx(plain.inertia, rel=1e-12)
 
 
 @pytest.mark.parametrize("weighted", [False, True])

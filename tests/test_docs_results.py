@@ -7,25 +7,17 @@ embeddings table what ``benchmarks/bench_embeddings.py --table`` renders from
 
 from __future__ import annotations
 
-import importlib.util
 import json
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _bench(name: str = "bench_deep"):  # type: ignore[no-untyped-def]
-    path = ROOT / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_deep_clustering_docs_table_equals_the_committed_results() -> None:
-    bench = _bench()
+def test_deep_clustering_docs_table_equals_the_committed_results(
+        load_benchmark: Callable[[str], ModuleType]) -> None:
+    bench = load_benchmark("bench_deep")
     results = json.loads((ROOT / "benchmarks" / "results" / "deep.json").read_text())
     table = bench.markdown_table(results)
     page = (ROOT / "docs" / "deep-clustering.md").read_text()
@@ -67,8 +59,9 @@ def test_deep_clustering_docs_quote_the_breast_cancer_recheck_on_other_seeds() -
     assert f"10-19 {cell('joint')} against {cell('N2D')}" in page  # the limitations
 
 
-def test_estimator_docs_table_equals_the_committed_fit_results() -> None:
-    bench = _bench("bench_fit")
+def test_estimator_docs_table_equals_the_committed_fit_results(
+        load_benchmark: Callable[[str], ModuleType]) -> None:
+    bench = load_benchmark("bench_fit")
     results = json.loads((ROOT / "benchmarks" / "results" / "fit.json").read_text())
     page = (ROOT / "docs" / "estimator.md").read_text()
     start, end = page.index(bench.TABLE_BEGIN), page.index(bench.TABLE_END) + len(bench.TABLE_END)
@@ -105,8 +98,9 @@ def test_estimator_docs_quote_the_new_photograph_samples_and_all_row_annealing()
     assert f"but {sets} of the {n_sets} new photograph sets ({seeds} of {n_seeds} seeds)" in page
 
 
-def test_estimator_docs_embeddings_table_equals_the_committed_results() -> None:
-    bench = _bench("bench_embeddings")
+def test_estimator_docs_embeddings_table_equals_the_committed_results(
+        load_benchmark: Callable[[str], ModuleType]) -> None:
+    bench = load_benchmark("bench_embeddings")
     results = json.loads((ROOT / "benchmarks" / "results" / "embeddings.json").read_text())
     page = (ROOT / "docs" / "estimator.md").read_text()
     start, end = page.index(bench.TABLE_BEGIN), page.index(bench.TABLE_END) + len(bench.TABLE_END)

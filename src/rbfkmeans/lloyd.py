@@ -322,9 +322,11 @@ def _moments(data: Data, spherical: bool = False) -> float:
     would swamp ``J_t``, a small difference)."""
     total = 0.0
     for s in data.chunks(1):
-        sq = torch.ones(data.X[s].shape[0], dtype=torch.float64, device=data.X.device) \
-            if spherical else data.X[s].double().square().sum(dim=1)
         w = data.weight(s)
+        if spherical:  # unit rows: their weights
+            total += float(data.X[s].shape[0] if w is None else w.double().sum())
+            continue
+        sq = data.X[s].double().square().sum(dim=1)
         total += float(sq.sum() if w is None else sq @ w.double())
     return data.comm.sum_scalars(total)[0] if data.comm.active else total
 
