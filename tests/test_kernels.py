@@ -30,6 +30,13 @@ from rbfkmeans.swaps import _halves, _removal_costs, _scatter_times, swap_costs
 SOFT = ["softmax", "entmax15", "sparsemax"]
 
 
+@pytest.fixture(autouse=True)
+def _kernels_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fits here take the kernels whatever their size (``RBFKMEANS_KERNELS=1``; by default
+    a fit of fewer than ``precompile.PAYBACK_ENTRIES`` pairs takes the torch passes)."""
+    monkeypatch.setenv("RBFKMEANS_KERNELS", "1")
+
+
 def _points(seed: int, n: int, d: int, dtype: torch.dtype = torch.float64,
             weighted: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     gen = torch.Generator().manual_seed(seed)

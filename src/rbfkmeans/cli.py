@@ -26,6 +26,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_kernels(args: argparse.Namespace) -> int:
+    from .precompile import main as compile_kernels
+
+    return compile_kernels([])
+
+
 def _cmd_deep_cluster(args: argparse.Namespace) -> int:
     import torch
 
@@ -62,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="the interview question's two-centroid example")
     demo.set_defaults(func=_cmd_demo)
+    kernels = sub.add_parser(
+        "kernels", help="compile the CPU kernels now, with progress (once per environment; "
+        "fits take the torch passes until they are compiled)")
+    kernels.set_defaults(func=_cmd_kernels)
     from .experiments.cli import add_reproduce_parser  # heavy imports wait until it runs
 
     add_reproduce_parser(sub)

@@ -40,6 +40,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import validate_data
 from torch import Tensor
 
+from . import precompile
 from ._parameters import (
     PARAMETERS,
     agree_on_shards,
@@ -346,7 +347,7 @@ class RBFKMeans(
         """
         if isinstance(X, torch.utils.data.DataLoader | Iterator):
             return self.fit_batches(X, sample_weight=sample_weight)
-        with restored_on_failure(self):
+        with restored_on_failure(self), precompile.pinned():
             return self._fit(X, sample_weight)
 
     def _fit(self, X: Any, sample_weight: Any) -> RBFKMeans:
@@ -368,6 +369,7 @@ class RBFKMeans(
             raise ValueError(
                 f"n_samples={n_total} should be >= n_clusters={self.n_clusters}"
             )
+        precompile.decide(n_total * self.n_clusters, comm)  # the kernels or the torch passes
         Xt = self._to_torch(X)
         # repeated rows fit as one weighted row (one process; a memmap is left as it is)
         folded = None if comm.active or out_of_core else fold_repeats(

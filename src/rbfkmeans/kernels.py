@@ -39,18 +39,21 @@ wider data a BLAS matrix product beats a per-row loop, so each block of rows tak
 from products of ``WIDE_ROWS`` rows at a time inside the kernel (the gain matrices, ``d x d`` per
 group, are then formed by the caller's matrix products). The
 results equal the torch passes' up to rounding (the tests compare them in float64). Without
-numba (or with ``RBFKMEANS_KERNELS=0`` in the environment, or in a process forked after the
-kernels' thread pool started, which numba's OpenMP layer does not survive) every pass takes the
-torch path. The first call of each kernel compiles it (several seconds; the machine code is
-cached on disk for later processes): :func:`warm_up` does it ahead of time.
+numba, with ``RBFKMEANS_KERNELS=0`` in the environment, in a process forked after the kernels'
+thread pool started (numba's OpenMP layer does not survive it), or, by default, until every
+kernel is compiled into numba's on-disk cache, every pass takes the torch path:
+:mod:`rbfkmeans.precompile` holds that rule and compiles them in a background process;
+:func:`warm_up` compiles them in this one.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -58,6 +61,7 @@ import torch
 from threadpoolctl import ThreadpoolController
 from torch import Tensor
 
+from . import precompile
 from ._validation import check_positive_int
 
 try:  # pragma: no cover - exercised by whichever environment runs the suite
@@ -109,11 +113,18 @@ _pool_pid: int | None = None
 
 
 def enabled() -> bool:
-    """Whether the kernels may be used: numba imports, ``RBFKMEANS_KERNELS`` is not ``0``, and
-    this process is not a child forked after the kernels' thread pool started."""
-    if numba is None or os.environ.get("RBFKMEANS_KERNELS", "1") == "0":
+    """Whether the kernels may be used: numba imports, ``RBFKMEANS_KERNELS`` is not ``0``, this
+    process is not a child forked after the kernels' thread pool started, and the fit under way
+    decided for them (:func:`rbfkmeans.precompile.pinned`) or, outside a fit, they are compiled
+    (``RBFKMEANS_KERNELS=1``: compiled at their first call if need be)."""
+    if numba is None or precompile.mode() == "off":
         return False
-    return _pool_pid is None or _pool_pid == os.getpid()
+    if _pool_pid is not None and _pool_pid != os.getpid():
+        return False
+    use = precompile.pinned_value()
+    if use is not None:
+        return use
+    return precompile.mode() == "on" or precompile.compiled()
 
 
 def _blocks(n: int, entries: int = 0) -> int:
@@ -417,27 +428,65 @@ def halves_pass(X: Tensor, C: Tensor, labels: Tensor, V: Tensor,
     return torch.from_numpy(count), torch.from_numpy(total)
 
 
-def warm_up() -> None:
-    """Compile (or load from the on-disk cache) every kernel for float32 and float64 data."""
-    if not enabled():
+def _warm_calls(dt: torch.dtype, w: Tensor | None) -> list[tuple[str, Callable[[], object]]]:
+    """One call of every kernel on tiny data of dtype ``dt`` with weights ``w`` (None or ones):
+    the signatures a fit compiles (narrow and wide rows, cold and warm Lloyd starts)."""
+    X = torch.linspace(0.0, 1.0, 12, dtype=dt).view(6, 2)
+    wide = torch.linspace(0.0, 1.0, 6 * (MAX_DIM + 1), dtype=dt).view(6, MAX_DIM + 1)
+    m, labels = torch.tensor([2, 1]), torch.tensor([0, 0, 0, 1, 1, 1])
+    V = torch.ones(2, 2, dtype=torch.float64)
+    calls: list[tuple[str, Callable[[], object]]] = []
+    for tag, Xd in (("narrow", X), ("wide", wide)):
+        C = Xd[:2].clone()
+        calls += [
+            (f"hard pass ({tag})", partial(hard_pass, Xd, C, w,
+                                           labels=torch.empty(6, dtype=torch.long),
+                                           objective=True)),
+            (f"Lloyd run ({tag})", partial(_warm_lloyd, Xd, C, w)),
+            (f"annealing fixed point ({tag})", partial(group_fixed_point, Xd, C, m, 1.0,
+                                                       "entmax15", w, 3, 0.0)),
+        ]
+    calls += [
+        ("group pass", lambda: group_pass(X, X[:2].clone(), m, 1.0, "entmax15", w,
+                                          objective=True, split=torch.tensor([0]),
+                                          hard_tol=1e-7)),
+        ("group pass (wide)", lambda: group_pass(
+            wide, wide[:2].clone(), m, 1.0, "entmax15", w, objective=True,
+            split=torch.tensor([0]), hard_tol=1e-7,
+            gains_out=torch.zeros(6, 1, dtype=torch.float64))),
+        ("swap costs", lambda: spread_pass(X, X[:2].clone(), labels, w)),
+        ("swap scatter", lambda: scatter_pass(wide, wide[:2].clone(), labels,
+                                              torch.ones(2, MAX_DIM + 1, dtype=torch.float64),
+                                              w)),
+        ("swap halves", lambda: halves_pass(X, X[:2].clone(), labels, V, w)),
+    ]
+    return calls
+
+
+def _warm_lloyd(X: Tensor, C: Tensor, w: Tensor | None) -> None:
+    """A Lloyd run from ``C``, then one warm-started from where it ended (the second signature
+    a fit's later polish takes)."""
+    run = lloyd_run(X, C, w, 3, 0.0)
+    if run.finished and run.labels is not None and run.bounds is not None:
+        lloyd_run(X, run.C.clone(), w, 3, 0.0,
+                  warm=(run.labels, run.bounds[0], run.bounds[1],
+                        torch.empty(0, dtype=torch.int64)))
+
+
+def warm_up(progress: Callable[[int, int, str], None] | None = None) -> None:
+    """Compile (or load from the on-disk cache) every kernel for float32 and float64 data,
+    weighted and not, then write :mod:`rbfkmeans.precompile`'s stamp (later processes in
+    ``auto`` mode take the kernels). ``progress(i, n, name)`` is called before each of the
+    ``n`` steps. Does nothing without numba or with ``RBFKMEANS_KERNELS=0``."""
+    if numba is None or precompile.mode() == "off":
         return
-    for dt in (torch.float32, torch.float64):
-        X = torch.linspace(0.0, 1.0, 12, dtype=dt).view(6, 2)
-        C = X[:2].clone()
-        wide = torch.linspace(0.0, 1.0, 6 * (MAX_DIM + 1), dtype=dt).view(6, MAX_DIM + 1)
-        for w in (None, torch.ones(6, dtype=dt)):
-            for Xd in (X, wide):
-                hard_pass(Xd, Xd[:2].clone(), w, labels=torch.empty(6, dtype=torch.long),
-                          objective=True)
-                lloyd_run(Xd, Xd[:2].clone(), w, 3, 0.0)
-            group_pass(X, C, torch.tensor([2, 1]), 1.0, "entmax15", w, objective=True,
-                       split=torch.tensor([0]), hard_tol=1e-7)
-            for Xd in (X, wide):
-                group_fixed_point(Xd, Xd[:2].clone(), torch.tensor([2, 1]), 1.0, "entmax15", w,
-                                  3, 0.0)
-            group_pass(wide, wide[:2].clone(), torch.tensor([2, 1]), 1.0, "entmax15", w,
-                       objective=True, split=torch.tensor([0]), hard_tol=1e-7,
-                       gains_out=torch.zeros(6, 1, dtype=torch.float64))
-            labels = torch.tensor([0, 0, 0, 1, 1, 1])
-            spread_pass(X, C, labels, w)
-            halves_pass(X, C, labels, torch.ones(2, 2, dtype=torch.float64), w)
+    t0 = time.perf_counter()
+    steps = [(f"{name}, {str(dt).removeprefix('torch.')}{', weighted' if w else ''}", call)
+             for dt in (torch.float32, torch.float64)
+             for w in (False, True)
+             for name, call in _warm_calls(dt, torch.ones(6, dtype=dt) if w else None)]
+    for i, (name, call) in enumerate(steps, 1):
+        if progress is not None:
+            progress(i, len(steps), name)
+        call()
+    precompile.mark_compiled(time.perf_counter() - t0)

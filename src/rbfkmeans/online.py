@@ -21,6 +21,7 @@ import torch
 from sklearn.utils import check_random_state
 from torch import Tensor
 
+from . import precompile
 from ._parameters import check_sample_weight, is_int, restored_on_failure, torch_dtype
 from .comm import Comm
 from .frame import Frame
@@ -135,7 +136,7 @@ class OnlineFitMixin:
         ``DataLoader``); a one-shot iterator leaves none. A call that raises leaves a fitted
         estimator exactly as it was.
         """
-        with restored_on_failure(self):
+        with restored_on_failure(self), precompile.pinned():
             return self._fit_batches(batches, n_epochs, batch_size, sample_weight)
 
     def _fit_batches(self: Any, batches: Any, n_epochs: int, batch_size: int,
@@ -162,6 +163,7 @@ class OnlineFitMixin:
             raise ValueError(f"n_epochs={n_epochs} needs a source that can be iterated again "
                              "(a DataLoader, a list, an array); got a one-shot iterator")
         comm = Comm.auto()
+        precompile.decide(batch_size * self.n_clusters, comm)  # every rank on the same passes
         seed = torch.tensor([int(check_random_state(self.random_state).randint(2**31 - 1))])
         comm.broadcast_(seed, src=0)
         block_order = np.random.RandomState((int(seed) + comm.rank) % 2**32)
