@@ -256,3 +256,21 @@ def test_warm_up_compiles_every_signature_the_fits_take() -> None:
                          text=True, env=env, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "{}"
+
+
+def test_the_first_fit_of_a_process_needs_more_to_load_the_kernels(
+        fresh: list[list[str]], kernel_calls: list[int],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between PAYBACK_ENTRIES and FIRST_PAYBACK_ENTRIES a fit takes the kernels only once they
+    are loaded in the process (a one-shot command's fit does not load them)."""
+    X = load_digits().data[:500]  # n k = 2,000
+    assert precompile.PAYBACK_ENTRIES <= 2000 < precompile.FIRST_PAYBACK_ENTRIES
+    precompile.mark_compiled(0.0)
+    monkeypatch.setattr(kernels, "_pool_pid", None)
+    first = RBFKMeans(4, random_state=0).fit(X)
+    assert kernel_calls == []
+    assert fresh == []
+    monkeypatch.setattr(kernels, "_pool_pid", os.getpid())  # a kernel ran in this process
+    later = RBFKMeans(4, random_state=0).fit(X)
+    assert kernel_calls
+    assert later.inertia_ == pytest.approx(first.inertia_, rel=1e-9)

@@ -10,7 +10,8 @@ for sparsemax). A fit starts at the weighted mean, above the first critical temp
 iterates the soft-Lloyd step ``c_j <- m_j`` (the gradient step with ``eta_j = 1/(2 N_j)``) to a
 fixed point at each temperature of a cooling ladder (by default event-driven: groups of
 coincident centroids split at their own critical temperatures), polishes with exact hard Lloyd
-iterations until the labels no longer change (a Lloyd fixed point) and runs a swap search
+iterations until the labels no longer change (a Lloyd fixed point), runs a swap search and
+Hartigan's single-point moves in turn
 (:mod:`rbfkmeans.runs`). With ``metric="cosine"`` it is spherical k-means: the same fit on the
 normalised rows with the centroids projected back onto the unit sphere after every update
 (:mod:`rbfkmeans.metrics`).

@@ -67,7 +67,7 @@ from ._validation import check_positive_int
 try:  # pragma: no cover - exercised by whichever environment runs the suite
     import numba
 
-    from . import _lloyd_loops, _loops, _squarem_loops
+    from . import _hartigan_loops, _lloyd_loops, _loops, _squarem_loops
 except ImportError:  # pragma: no cover
     numba = None  # type: ignore[assignment]
 
@@ -459,6 +459,7 @@ def _warm_calls(dt: torch.dtype, w: Tensor | None) -> list[tuple[str, Callable[[
                                               torch.ones(2, MAX_DIM + 1, dtype=torch.float64),
                                               w)),
         ("swap halves", lambda: halves_pass(X, X[:2].clone(), labels, V, w)),
+        ("Hartigan's moves", lambda: hartigan_pass(X, X[:2].double(), m.double(), labels, w)),
     ]
     return calls
 
@@ -471,6 +472,19 @@ def _warm_lloyd(X: Tensor, C: Tensor, w: Tensor | None) -> None:
         lloyd_run(X, run.C.clone(), w, 3, 0.0,
                   warm=(run.labels, run.bounds[0], run.bounds[1],
                         torch.empty(0, dtype=torch.int64)))
+
+
+def hartigan_pass(X: Tensor, C: Tensor, N: Tensor, labels: Tensor,
+                  w: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The best single move of every row of ``X`` (n, d) labelled ``labels`` among the means
+    ``C`` (k, d, float64) of weights ``N`` (k, float64): the gain ``-Delta J`` (n, float64; 0
+    where no move pays) and the target cluster (n, int64; -1 there), one sweep
+    (:mod:`rbfkmeans.hartigan`). Call only where :func:`usable` holds (few features)."""
+    with _launch():
+        gain, target = _hartigan_loops.gains(_array(X), _array(C.to(torch.float64)),
+                                             _array(N.to(torch.float64)), _array(labels),
+                                             _weights(w, X))
+    return torch.from_numpy(gain), torch.from_numpy(target)
 
 
 def warm_up(progress: Callable[[int, int, str], None] | None = None) -> None:

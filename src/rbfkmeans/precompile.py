@@ -9,7 +9,8 @@ they are about as fast (measured on 2 threads: iris 0.1 s either way, digits 0.4
 compiler. ``RBFKMEANS_KERNELS`` in the environment chooses:
 
 * ``auto`` (the default): a fit of fewer than ``PAYBACK_ENTRIES`` point-centroid pairs
-  (``n k``) takes the torch passes; a larger one the kernels once a stamp in numba's cache
+  (``n k``; ``FIRST_PAYBACK_ENTRIES`` for the first fits of a process, before a kernel is
+  loaded in it) takes the torch passes; a larger one the kernels once a stamp in numba's cache
   folder says that all of them are compiled there for these sources, numba and Python. Until
   then it takes the torch passes, starts the compile in a background process (lowest
   priority, one per cache folder at a time, surviving the caller) and says so once with a
@@ -43,18 +44,23 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .comm import Comm
 
-__all__ = ["ENV", "PAYBACK_ENTRIES", "CompilingKernels", "compiled", "decide", "main", "mode",
-           "pinned", "ready_for"]
+__all__ = ["ENV", "FIRST_PAYBACK_ENTRIES", "PAYBACK_ENTRIES", "CompilingKernels", "compiled",
+           "decide", "main", "mode", "pinned", "ready_for"]
 
 #: the environment variable that chooses the path (module docstring)
 ENV = "RBFKMEANS_KERNELS"
-#: a fit of fewer point-centroid pairs takes the torch passes in ``auto`` mode: there the kernels
-#: buy nothing and loading them from the cache costs more than the fit (iris, k = 3: the first
-#: fit of a new process 0.12 s on the torch passes, 0.39 s on the kernels). A fit of at least
-#: this many takes the kernels, or starts their compile (digits with k = 10 does)
-PAYBACK_ENTRIES = 1 << 14
+#: a fit of fewer point-centroid pairs takes the torch passes in ``auto`` mode: there loading the
+#: kernels from the cache costs more than they save (iris, k = 3: the first fit of a new
+#: process 0.12 s on the torch passes, 0.47 s on the kernels; later fits 0.12 s and 0.11 s).
+#: From here the kernels pay (the diabetes table, 442 rows with k = 8: 0.04 s against 0.15 s),
+#: and a fit of at least this many takes them, or starts their compile
+PAYBACK_ENTRIES = 1 << 10
+#: the same threshold for the first fit of a process, before any kernel was loaded in it (a
+#: one-shot process such as ``rbfkmeans fit``: on a 1,000-row CSV with k = 3, loading the kernels
+#: costs more than the whole fit on the torch passes)
+FIRST_PAYBACK_ENTRIES = 1 << 14
 #: the modules whose numba functions the stamp covers (their sources are part of its key)
-MODULES = ("_loops", "_lloyd_loops", "_squarem_loops", "_wide_loops")
+MODULES = ("_loops", "_lloyd_loops", "_squarem_loops", "_wide_loops", "_hartigan_loops")
 #: the stamp and the lock, in numba's cache folder for this package
 STAMP = "rbfkmeans-kernels.ready"
 LOCK = "rbfkmeans-kernels.lock"
@@ -189,13 +195,14 @@ _BACKGROUND = ("import os\n"
 
 def ready_for(entries: int) -> bool:
     """Whether a fit of ``entries`` point-centroid pairs takes the kernels. ``auto``: not below
-    ``PAYBACK_ENTRIES``; from there once :func:`compiled`, and if they are not, the fit starts
+    ``PAYBACK_ENTRIES`` (``FIRST_PAYBACK_ENTRIES`` while no kernel has run in this process);
+    from there once :func:`compiled`, and if they are not, the fit starts
     the background compile (once per process) and warns once. ``on``: True; ``off``: False."""
     chosen = mode()
     if chosen != "auto":
         return chosen == "on"
-    if entries < PAYBACK_ENTRIES:  # as fast on the torch passes, with nothing to load
-        return False
+    if entries < (PAYBACK_ENTRIES if _loaded() else FIRST_PAYBACK_ENTRIES):
+        return False  # loading the kernels would cost more than they save
     if compiled():
         return True
     if entries >= PAYBACK_ENTRIES and _compile_in_background():
@@ -205,6 +212,13 @@ def ready_for(entries: int) -> bool:
             "foreground with progress). Until they are ready, fits take the torch passes: the "
             "same results up to rounding.", CompilingKernels, stacklevel=3)
     return False
+
+
+def _loaded() -> bool:
+    """Whether a kernel has run in this process (so they are loaded)."""
+    from . import kernels
+
+    return kernels._pool_pid == os.getpid()
 
 
 def _compile_in_background() -> bool:

@@ -1,0 +1,175 @@
+"""Hartigan's moves (:mod:`rbfkmeans.hartigan`) against exact computations in float64: the
+batch's change of ``J`` equals the difference of the two partitions' ``J`` (means recomputed),
+the result has no paying single move (checked row by row with the exact formula), is a Lloyd
+fixed point and never above its start; a hand-made Lloyd fixed point that is not a Hartigan one;
+bad arguments named; the default fit ends at a Hartigan fixed point."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rbfkmeans import RBFKMeans
+from rbfkmeans.hartigan import _batch_change, _means, hartigan
+from rbfkmeans.passes import Data
+
+
+def _partition_J(X: np.ndarray, w: np.ndarray, labels: np.ndarray, k: int) -> float:
+    """J of a partition at its weighted means, float64, one cluster at a time."""
+    total = 0.0
+    for j in range(k):
+        rows = labels == j
+        if rows.any():
+            c = np.average(X[rows], axis=0, weights=w[rows])
+            total += float((w[rows] * ((X[rows] - c) ** 2).sum(1)).sum())
+    return total
+
+
+def _paying_moves(X: np.ndarray, w: np.ndarray, labels: np.ndarray, k: int) -> list[float]:
+    """Every single move's exact change of J (the partition recomputed), negative = pays."""
+    base = _partition_J(X, w, labels, k)
+    out = []
+    for i in range(len(X)):
+        a = labels[i]
+        if w[labels == a].sum() - w[i] <= 1e-12:
+            continue
+        for b in range(k):
+            if b != a:
+                moved = labels.copy()
+                moved[i] = b
+                out.append(_partition_J(X, w, moved, k) - base)
+    return out
+
+
+def _problem(seed: int, n: int, d: int, k: int, weighted: bool
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) + rng.integers(0, 3, size=(n, 1)) * 1.5
+    w = rng.uniform(0.2, 3.0, n) if weighted else np.ones(n)
+    labels = np.concatenate([np.arange(k), rng.integers(0, k, n - k)])  # none empty
+    return X, w, labels
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(6, 40), d=st.integers(1, 4),
+       k=st.integers(2, 5), weighted=st.booleans(), m=st.integers(1, 8))
+def test_the_batch_change_is_the_exact_change_of_J(seed: int, n: int, d: int, k: int,
+                                                   weighted: bool, m: int) -> None:
+    X, w, labels = _problem(seed, n, d, k, weighted)
+    data = Data(torch.from_numpy(X), torch.from_numpy(w) if weighted else None)
+    lab = torch.from_numpy(labels)
+    N, C = _means(data, lab, k)
+    rng = np.random.default_rng(seed + 1)
+    rows = torch.from_numpy(rng.choice(n, size=min(m, n), replace=False))
+    target = (lab[rows] + torch.from_numpy(rng.integers(1, k, rows.numel()))) % k
+    change, N_new, C_new = _batch_change(data, C, N, rows, lab[rows], target)
+    moved = labels.copy()
+    moved[rows.numpy()] = target.numpy()
+    if np.isinf(change):  # a cluster would empty
+        assert any(w[moved == j].sum() <= 1e-9 for j in range(k))
+        return
+    exact = _partition_J(X, w, moved, k) - _partition_J(X, w, labels, k)
+    if change == 0.0:  # within rounding of the moved rows' terms: reported as no change
+        assert abs(exact) <= 1e-9 * max(1.0, _partition_J(X, w, labels, k))
+    else:
+        assert change == pytest.approx(exact, rel=1e-9, abs=1e-9)
+    N_ref, C_ref = _means(data, torch.from_numpy(moved), k)
+    torch.testing.assert_close(N_new, N_ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(C_new, C_ref, rtol=1e-9, atol=1e-9)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(6, 30), d=st.integers(1, 3),
+       k=st.integers(2, 4), weighted=st.booleans())
+def test_the_result_has_no_paying_move_and_is_a_lloyd_fixed_point(
+        seed: int, n: int, d: int, k: int, weighted: bool) -> None:
+    X, w, labels = _problem(seed, n, d, k, weighted)
+    data = Data(torch.from_numpy(X), torch.from_numpy(w) if weighted else None)
+    start = torch.from_numpy(labels)
+    res = hartigan(data, start, k, max_passes=1000)
+    assert torch.equal(start, torch.from_numpy(labels))  # the caller's labels untouched
+    assert res.converged
+    got = res.labels.numpy()
+    J = _partition_J(X, w, got, k)
+    assert _partition_J(X, w, labels, k) + 1e-12 >= J
+    scale = max(J, 1.0)
+    assert min(_paying_moves(X, w, got, k), default=0.0) >= -1e-9 * scale
+    _, C = _means(data, res.labels, k)
+    torch.testing.assert_close(res.C, C, rtol=1e-9, atol=1e-9)
+    D = torch.cdist(torch.from_numpy(X), C) ** 2
+    own = D.gather(1, res.labels[:, None])[:, 0]
+    assert bool((own <= D.min(dim=1).values + 1e-9 * (1 + own)).all())  # Lloyd fixed point
+
+
+def test_a_lloyd_fixed_point_that_is_not_a_hartigan_one() -> None:
+    """{-1, 1} and {2.2}: each point is nearest its own mean (J = 2), but moving 1 to the
+    singleton pays: {-1} and {1, 2.2}, J = 0.72."""
+    X = torch.tensor([[-1.0], [1.0], [2.2]], dtype=torch.float64)
+    res = hartigan(Data(X), torch.tensor([0, 0, 1]), 2)
+    assert res.labels.tolist() == [0, 1, 1]
+    assert res.n_moves == 1
+    assert _partition_J(X.numpy(), np.ones(3), res.labels.numpy(), 2) == pytest.approx(0.72)
+    torch.testing.assert_close(res.C, torch.tensor([[-1.0], [1.6]], dtype=torch.float64))
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"labels": torch.tensor([0, 1, 2, 0])}, r"labels must lie in \[0, 2\)"),
+    ({"labels": torch.tensor([0, 1, -1, 0])}, r"labels must lie in \[0, 2\)"),
+    ({"labels": torch.tensor([0, 0, 0, 0])}, r"clusters \[1\] are empty"),
+    ({"labels": torch.tensor([0, 1, 0])}, r"labels must be an int64 tensor of shape \(4,\)"),
+    ({"labels": torch.tensor([0.0, 1.0, 0.0, 1.0])}, "labels must be an int64"),
+    ({"labels": [0, 1, 0, 1]}, "labels must be an int64"),
+    ({"k": 0}, "k"),
+    ({"max_passes": 0}, "max_passes"),
+])
+def test_bad_arguments_are_named(kwargs: dict[str, object], message: str) -> None:
+    args: dict[str, object] = {"data": Data(torch.arange(8.0).view(4, 2)),
+                               "labels": torch.tensor([0, 1, 0, 1]), "k": 2}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        hartigan(**args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_the_default_fit_ends_at_a_hartigan_fixed_point(weighted: bool) -> None:
+    rng = np.random.default_rng(3)
+    X = np.concatenate([rng.normal(size=(60, 2)) * s + c
+                        for s, c in ((0.3, 0), (1.5, 3), (0.8, -4))])
+    w = rng.uniform(0.5, 2.0, len(X)) if weighted else np.ones(len(X))
+    est = RBFKMeans(5, random_state=0).fit(X, sample_weight=w if weighted else None)
+    assert min(_paying_moves(X, w, est.labels_, 5)) >= -1e-9 * est.inertia_
+    assert est.inertia_ == pytest.approx(_partition_J(X, w, est.labels_, 5), rel=1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(6, 300), d=st.integers(1, 6),
+       k=st.integers(2, 9), weighted=st.booleans())
+def test_the_compiled_scoring_equals_the_torch_scoring(seed: int, n: int, d: int, k: int,
+                                                       weighted: bool) -> None:
+    """The kernel (few features) and the chunked torch pass find the same candidate moves,
+    targets and gains (float64; the kernel from differences, torch from the expansion)."""
+    import os
+
+    from rbfkmeans import kernels
+    from rbfkmeans.hartigan import _candidates
+
+    k = min(k, n)
+    X, w, labels = _problem(seed, n, d, k, weighted)
+    data = Data(torch.from_numpy(X), torch.from_numpy(w) if weighted else None)
+    lab = torch.from_numpy(labels)
+    N, C = _means(data, lab, k)
+    assert kernels.usable(data.X, k)
+    fused = _candidates(data, C, N, lab)
+    os.environ["RBFKMEANS_KERNELS"] = "0"
+    try:
+        plain = _candidates(data, C, N, lab)
+    finally:
+        del os.environ["RBFKMEANS_KERNELS"]
+    floor = 1e-9 * _partition_J(X, w, labels, k)  # gains of rounding size may differ
+    big, keep = fused[2] > floor, plain[2] > floor
+    assert torch.equal(fused[0][big], plain[0][keep])  # rows (beyond rounding-size gains)
+    assert torch.equal(fused[1][big], plain[1][keep])
+    torch.testing.assert_close(fused[2][big], plain[2][keep], rtol=1e-9, atol=1e-9)
