@@ -21,8 +21,7 @@ def test_deep_clustering_docs_table_equals_the_committed_results(
     results = json.loads((ROOT / "benchmarks" / "results" / "deep.json").read_text())
     table = bench.markdown_table(results)
     page = (ROOT / "docs" / "deep-clustering.md").read_text()
-    start, end = page.index(bench.TABLE_BEGIN), page.index(bench.TABLE_END) + len(bench.TABLE_END)
-    assert page[start:end] == table
+    assert _generated(page, bench) == table
 
 
 def test_deep_results_file_covers_the_benchmark_sets_and_seeds() -> None:
@@ -59,13 +58,19 @@ def test_deep_clustering_docs_quote_the_breast_cancer_recheck_on_other_seeds() -
     assert f"10-19 {cell('joint')} against {cell('N2D')}" in page  # the limitations
 
 
+def _generated(page: str, bench: ModuleType) -> str:
+    """The part of ``page`` between a benchmark's ``TABLE_BEGIN`` and ``TABLE_END`` markers,
+    both included."""
+    start = page.index(bench.TABLE_BEGIN)
+    return page[start:page.index(bench.TABLE_END) + len(bench.TABLE_END)]
+
+
 def test_estimator_docs_table_equals_the_committed_fit_results(
         load_benchmark: Callable[[str], ModuleType]) -> None:
     bench = load_benchmark("bench_fit")
     results = json.loads((ROOT / "benchmarks" / "results" / "fit.json").read_text())
     page = (ROOT / "docs" / "estimator.md").read_text()
-    start, end = page.index(bench.TABLE_BEGIN), page.index(bench.TABLE_END) + len(bench.TABLE_END)
-    assert page[start:end] == bench.markdown_table(results)
+    assert _generated(page, bench) == bench.markdown_table(results)
     summary = results["summary"]
     assert (f"On {summary['sets_at_or_below_best_peer']} of the {summary['sets']} sets"
             in page)
@@ -103,7 +108,6 @@ def test_estimator_docs_embeddings_table_equals_the_committed_results(
     bench = load_benchmark("bench_embeddings")
     results = json.loads((ROOT / "benchmarks" / "results" / "embeddings.json").read_text())
     page = (ROOT / "docs" / "estimator.md").read_text()
-    start, end = page.index(bench.TABLE_BEGIN), page.index(bench.TABLE_END) + len(bench.TABLE_END)
-    assert page[start:end] == bench.table(results)
+    assert _generated(page, bench) == bench.table(results)
     assert set(results["workloads"]) == set(bench.WORKLOADS)
     assert not results["quick"]
