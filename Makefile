@@ -38,6 +38,7 @@ bench: venv
 	$(BIN)/python benchmarks/bench_mappings.py
 	$(BIN)/python benchmarks/bench_iterations.py
 	$(BIN)/python benchmarks/bench_fit.py
+	$(BIN)/python benchmarks/bench_curve.py
 	$(BIN)/python benchmarks/bench_blobs.py
 	$(BIN)/python benchmarks/bench_scale.py
 	$(BIN)/python benchmarks/bench_large.py

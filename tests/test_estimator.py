@@ -756,7 +756,8 @@ def test_run_functions_reject_bad_input() -> None:
         runs_mod.run_schedules(RBFKMeans(3), data, 60, 1)
     with pytest.raises(TypeError, match=r"data must be a rbfkmeans\.passes\.Data; got ndarray"):
         runs_mod.run_schedules(fitted, X, 60, 1)
-    with pytest.raises(ValueError, match="schedule must be 'splits' or 'geometric'; got 'fast'"):
+    with pytest.raises(ValueError, match=r"schedule must be 'splits', 'geometric' or "
+                                         r"'k-means\+\+'; got 'fast'"):
         runs_mod.fit_run(fitted, data, 0, 0.0, 1.0, 0, "fast")
     out = runs_mod.fit_run(fitted, data, 0, 0.0, 1.0, 0, "splits")  # a fitted estimator's run
     assert out["inertia"] == pytest.approx(fitted.inertia_, rel=1e-9)
@@ -779,3 +780,73 @@ def test_fit_rows_fits_on_a_sample_and_labels_every_row() -> None:
     means = np.stack([X[est.labels_ == j].mean(0) for j in range(6)])
     assert not np.allclose(C, means, rtol=1e-10, atol=1e-10)
     assert RBFKMeans(6, fit_rows=10_000, random_state=0).fit(X).inertia_ == full.inertia_
+
+
+def _spy_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
+    """Record each run of a fit: its schedule and its result."""
+    runs: list[tuple[str, dict[str, Any]]] = []
+    original = RBFKMeans._fit_one
+
+    def spy(self: RBFKMeans, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        out = original(self, *args, **kwargs)
+        runs.append((args[-1], out))
+        return out
+
+    monkeypatch.setattr(RBFKMeans, "_fit_one", spy)
+    return runs
+
+
+def test_n_init_anneals_once_and_restarts_from_k_means_plus_plus(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An event-driven fit with n_init=m: the annealed run n_init=1 makes (the same seed), then
+    m-1 k-means++ restarts, none annealed; the lowest J is kept, so never above n_init=1."""
+    X, _ = make_blobs(n_samples=900, centers=12, cluster_std=2.0, random_state=3)
+    runs = _spy_runs(monkeypatch)
+    single = RBFKMeans(10, n_init=1, random_state=0).fit(X)
+    runs.clear()
+    several = RBFKMeans(10, n_init=4, random_state=0).fit(X)
+    assert [s for s, _ in runs] == ["splits"] + [runs_mod.RESTART] * 3
+    assert runs[0][1]["inertia"] == pytest.approx(single.inertia_, rel=1e-12)
+    assert all(out["temperatures"] == [] and out["history"] == [] for _, out in runs[1:])
+    assert len({round(out["inertia"], 9) for _, out in runs}) > 1  # the restarts differ
+    assert several.inertia_ == pytest.approx(min(out["inertia"] for _, out in runs), rel=1e-12)
+    assert several.inertia_ <= single.inertia_ * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("kwargs", [{"assignment": "hard"}, {"schedule": "geometric"}])
+def test_n_init_repeats_the_schedule_outside_the_event_driven_fit(
+        kwargs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    X, _ = make_blobs(n_samples=600, centers=4, random_state=0)
+    runs = _spy_runs(monkeypatch)
+    RBFKMeans(4, n_init=3, random_state=0, **kwargs).fit(X)
+    assert [s for s, _ in runs] == [kwargs.get("schedule", "splits")] * 3
+
+
+@pytest.mark.parametrize("metric", ["sqeuclidean", "cosine"])
+def test_a_restart_ends_at_a_lloyd_fixed_point_of_its_metric(metric: str) -> None:
+    """A k-means++ restart run (fit_run with RESTART): its labels are the nearest centroids
+    and its centroids the (spherical) means of its labels, J as recomputed."""
+    from rbfkmeans.passes import Data
+
+    X, _ = make_blobs(n_samples=700, centers=6, n_features=3, cluster_std=1.5, random_state=4)
+    X = X + 5.0  # cosine: away from the origin
+    fitted = RBFKMeans(6, metric=metric, random_state=0).fit(X)
+    data = Data(torch.as_tensor(X), metric=metric)
+    out = runs_mod.fit_run(fitted, data, 7, 0.0, 1.0, 1, runs_mod.RESTART)
+    C = out["C"].numpy()
+    labels = out["labels"].numpy()
+    if metric == "cosine":
+        U = X / np.linalg.norm(X, axis=1, keepdims=True)
+        np.testing.assert_array_equal(labels, np.argmax(U @ C.T, axis=1))
+        means = np.stack([U[labels == j].sum(0) for j in range(6)])
+        means /= np.linalg.norm(means, axis=1, keepdims=True)
+        J = float((1.0 - (U * C[labels]).sum(1)).sum())
+    else:
+        np.testing.assert_array_equal(labels, np.argmin(
+            ((X[:, None, :] - C[None]) ** 2).sum(-1), axis=1))
+        means = np.stack([X[labels == j].mean(0) for j in range(6)])
+        J = float(((X - C[labels]) ** 2).sum())
+    np.testing.assert_allclose(C, means, rtol=1e-9, atol=1e-9)
+    assert out["inertia"] == pytest.approx(J, rel=1e-9)
+    assert out["temperatures"] == []
+    assert out["history"] == []
