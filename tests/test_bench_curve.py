@@ -96,6 +96,22 @@ def test_docs_table_and_figure_come_from_the_committed_results(bench: ModuleType
     assert {s for r in results["rows"] for s in r["runs"]} == set(results["settings"])
 
 
+def test_docs_quote_the_held_out_photographs(bench: ModuleType) -> None:
+    results = json.loads((ROOT / "benchmarks" / "results" / "curve_pixels_seed1.json")
+                         .read_text())
+    assert results["pixel_seed"] == 1
+    summary = results["summary"]
+    page = " ".join((ROOT / "docs" / "estimator.md").read_text().split())
+    assert (f"every peer's curve on {summary['default_on_or_below_every_peer']} of the "
+            f"{summary['sets']} sets, and the pairs" in page)
+    cells = [f"{summary[name]['pairs_at_or_below']}"
+             f"{' of 75' if name == bench.DEFAULT else ''} with "
+             for name in bench.OURS]
+    assert all(cell in page for cell in cells)
+    for name in bench.OURS:
+        assert f"({summary[name]['geomean_time_over_kmeans10']:.2f}x)" in page
+
+
 def summary_sentence(summary: dict[str, Any]) -> str:
     return (f"the default lies on or below every peer's curve on "
             f"{summary['default_on_or_below_every_peer']} of the {summary['sets']} sets")
