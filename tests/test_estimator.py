@@ -850,3 +850,35 @@ def test_a_restart_ends_at_a_lloyd_fixed_point_of_its_metric(metric: str) -> Non
     assert out["inertia"] == pytest.approx(J, rel=1e-9)
     assert out["temperatures"] == []
     assert out["history"] == []
+
+
+def test_hartigan_polish_is_bounded_by_the_search_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Hartigan polish takes at most HARTIGAN_PASSES passes and at most the swap search's
+    work budget: SEARCH_PASSES passes over all the rows (here 3), spread over the rows it runs
+    on (the search subsample: 3 x 3000 / 200 = 45; all rows: 3)."""
+    import rbfkmeans.runs as E
+
+    monkeypatch.setattr(E, "SEARCH_MIN_ROWS", 200)
+    monkeypatch.setattr(E, "SEARCH_ROWS_PER_CLUSTER", 16)
+    monkeypatch.setattr(E, "SEARCH_PASSES", 3)
+    monkeypatch.setattr(E, "SEARCH_WORK", 1)
+    calls: list[tuple[int, int]] = []
+    real = E.hartigan
+
+    def spy(data, labels, k, *, max_passes):  # type: ignore[no-untyped-def]
+        out = real(data, labels, k, max_passes=max_passes)
+        calls.append((data.n, max_passes))
+        assert out.n_passes <= max_passes
+        return out
+
+    monkeypatch.setattr(E, "hartigan", spy)
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(c, 1.0, size=(500, 3)) for c in range(6)])  # 3000 rows
+    RBFKMeans(8, random_state=0, subsample=16).fit(X)
+    assert calls
+    assert all(passes == (45 if n == 200 else 3) for n, passes in calls)
+    assert calls[-1] == (3000, 3)
+    monkeypatch.setattr(E, "SEARCH_WORK", 1 << 33)  # small data: the pass cap alone
+    calls.clear()
+    RBFKMeans(8, random_state=0, subsample=16).fit(X)
+    assert all(passes == E.HARTIGAN_PASSES for _, passes in calls)
