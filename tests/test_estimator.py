@@ -882,3 +882,28 @@ def test_hartigan_polish_is_bounded_by_the_search_budget(monkeypatch: pytest.Mon
     calls.clear()
     RBFKMeans(8, random_state=0, subsample=16).fit(X)
     assert all(passes == E.HARTIGAN_PASSES for _, passes in calls)
+
+
+def test_no_hartigan_on_all_rows_after_an_unsettled_polish(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hartigan's moves on all rows start only from a Lloyd fixed point of all rows: where the
+    last polish stops at max_iter they are skipped (and the fit warns that it did not settle)."""
+    import rbfkmeans.runs as E
+
+    monkeypatch.setattr(E, "SEARCH_MIN_ROWS", 200)
+    monkeypatch.setattr(E, "SEARCH_ROWS_PER_CLUSTER", 16)
+    rows_seen: list[int] = []
+    real = E.hartigan
+
+    def spy(data, labels, k, *, max_passes):  # type: ignore[no-untyped-def]
+        rows_seen.append(data.n)
+        return real(data, labels, k, max_passes=max_passes)
+
+    monkeypatch.setattr(E, "hartigan", spy)
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(c, 1.0, size=(500, 3)) for c in range(6)])  # 3000 rows
+    RBFKMeans(8, random_state=0, subsample=16).fit(X)
+    assert rows_seen[-1] == 3000  # settled: the moves ran on all rows
+    rows_seen.clear()
+    with pytest.warns(ConvergenceWarning, match="did not settle"):
+        RBFKMeans(8, random_state=0, subsample=16, max_iter=1).fit(X)
+    assert 3000 not in rows_seen

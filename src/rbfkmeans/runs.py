@@ -27,7 +27,7 @@ A run from a seed ``s`` is
 
 On more than ``2 max(SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER k)`` rows the event-driven run
 polishes and searches on a random subsample of that size, then polishes once more on all rows
-(Lloyd, then Hartigan's moves and Lloyd).
+(Lloyd, then, if it settled, Hartigan's moves and Lloyd).
 :func:`run_schedules` gives the ladder of each run of a fit: a default fit of at most
 ``SMALL_FIT_ENTRIES`` point-centroid pairs runs both ladders, and the estimator keeps the lower
 ``J``; an event-driven fit with ``n_init > 1`` anneals once and makes the other runs ``RESTART``
@@ -363,8 +363,10 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
         if bar is not None:
             bar.close()
         n_hard_iter += final.n_iter
-    if search is not data and _hartigan_applies(est, data) and \
+    if search is not data and _hartigan_applies(est, data) and final.converged and \
             holds_weight(data, final.labels, est.n_clusters):  # and Hartigan's on all of them
+        # (from a Lloyd fixed point only: where the polish stopped at max_iter, another
+        # max_iter of Lloyd after the moves cost a third of the time of a 1,000,000-row fit)
         moved = hartigan(data, final.labels, est.n_clusters,
                          max_passes=hartigan_passes(data.n))
         n_hard_iter += moved.n_passes
