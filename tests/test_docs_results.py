@@ -3,7 +3,8 @@ docs/deep-clustering.md is exactly what ``benchmarks/bench_deep.py --table`` ren
 ``benchmarks/results/deep.json``, the quality and time table of docs/estimator.md what
 ``benchmarks/bench_fit.py --table`` renders from ``benchmarks/results/fit.json``, its
 embeddings table what ``benchmarks/bench_embeddings.py --table`` renders from
-``benchmarks/results/embeddings.json``."""
+``benchmarks/results/embeddings.json``, its sparse-input table what
+``benchmarks/bench_sparse.py --table`` renders from ``benchmarks/results/sparse.json``."""
 
 from __future__ import annotations
 
@@ -111,3 +112,17 @@ def test_estimator_docs_embeddings_table_equals_the_committed_results(
     assert _generated(page, bench) == bench.table(results)
     assert set(results["workloads"]) == set(bench.WORKLOADS)
     assert not results["quick"]
+
+
+def test_estimator_docs_sparse_table_equals_the_committed_results(
+        load_benchmark: Callable[[str], ModuleType]) -> None:
+    bench = load_benchmark("bench_sparse")
+    results = json.loads((ROOT / "benchmarks" / "results" / "sparse.json").read_text())
+    page = (ROOT / "docs" / "estimator.md").read_text()
+    assert _generated(page, bench) == bench.table(results)
+    summary = results["summary"]
+    flat = " ".join(page.split())
+    assert (f"{summary['identical_partitions']} of {summary['pairs']} fits end in the same "
+            "partition") in flat
+    assert f"{summary['speedup_min']:.1f}x to" in flat
+    assert f"{summary['speedup_geomean']:.1f}x in geometric mean" in flat

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 from sklearn.base import (
     BaseEstimator,
@@ -54,7 +55,7 @@ from .assignments import get_assignment
 from .comm import Comm
 from .frame import Frame
 from .inference import InferenceMixin, to_numpy
-from .metrics import check_nonzero_rows, get_metric
+from .metrics import _zero_row_error, check_nonzero_rows, get_metric
 from .online import OnlineFitMixin
 from .passes import Data, cluster_stats
 from .repeats import fold_repeats
@@ -67,6 +68,7 @@ from .schedules import (
     sphere_eigmax,
     sphere_spread,
 )
+from .sparse import SparseRows, is_sparse, sparse_spread
 
 __all__ = ["RBFKMeans"]
 
@@ -79,6 +81,8 @@ SPREAD_SAMPLE = 4096
 def _owns(Xt: Tensor, X: np.ndarray) -> bool:
     """Whether ``Xt`` is a tensor of its own (a converted copy), not a view of the caller's
     ``X``: then it may be written in place."""
+    if is_sparse(Xt):
+        return True  # SparseRows.from_scipy copies
     return Xt.device.type != "cpu" or not np.shares_memory(Xt.numpy(), X)
 
 
@@ -308,8 +312,14 @@ class RBFKMeans(
         X = as_float32_if_half(X)
         X = validate_data(
             self, X, reset=reset, dtype=[np.float64, np.float32], ensure_min_samples=1,
-            accept_sparse=False, copy=False,
+            accept_sparse="csr", copy=False,
         )
+        if sp.issparse(X):  # rows as stored entries (rbfkmeans.sparse), never densified
+            if get_metric(self.metric).spherical:
+                zero = np.asarray(abs(X).max(axis=1).todense()).reshape(-1) == 0
+                if zero.any():
+                    raise _zero_row_error(torch.from_numpy(zero), "X")
+            return X
         if get_metric(self.metric).spherical:
             with warnings.catch_warnings():  # only read
                 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
@@ -318,6 +328,8 @@ class RBFKMeans(
 
     def _to_torch(self, X: np.ndarray) -> Tensor:
         dt = self._compute_dtype(X) if not hasattr(self, "_dtype_") else self._dtype_
+        if sp.issparse(X):
+            return SparseRows.from_scipy(X, dt, self._torch_device())  # type: ignore[return-value]
         with warnings.catch_warnings():  # read-only arrays (memmaps) are only read, never written
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             return torch.as_tensor(X).to(device=self._torch_device(), dtype=dt)
@@ -376,10 +388,14 @@ class RBFKMeans(
             raise ValueError(
                 f"n_samples={n_total} should be >= n_clusters={self.n_clusters}"
             )
+        sparse = sp.issparse(X)
+        if sparse and comm.active:
+            raise ValueError("sparse X is not supported under torch.distributed; got a "
+                             f"{type(X).__name__} shard")
         precompile.decide(n_total * self.n_clusters, comm)  # the kernels or the torch passes
         Xt = self._to_torch(X)
         # repeated rows fit as one weighted row (one process; a memmap is left as it is)
-        folded = None if comm.active or out_of_core else fold_repeats(
+        folded = None if comm.active or out_of_core or sparse else fold_repeats(
             Xt, w, chunk_size=self.chunk_size)
         wf: Tensor | None
         if folded is not None and folded.rows.numel() >= self.n_clusters:
@@ -392,11 +408,17 @@ class RBFKMeans(
                                                        comm=comm)
         data = self._data(frame.enter(Xf, inplace=own), wf, comm)
         rng = check_random_state(self.random_state)
-        if spherical:  # the tangent spread at the mean direction (schedules)
+        if sparse:  # from the stored entries, matrix-free (rbfkmeans.sparse)
+            mean_var, lam, mu = sparse_spread(data.X, data.w, sample=SPREAD_SAMPLE,
+                                              tangent=spherical)
+            if spherical:  # the tangent spread at the mean direction
+                lam = sphere_eigmax(lam, float(mu.norm()))
+        elif spherical:  # the tangent spread at the mean direction (schedules)
             mean_var, lam_t, mu_norm = sphere_spread(data.X, data.w, chunk_size=self.chunk_size,
                                                      comm=comm, sample=SPREAD_SAMPLE)
             lam = sphere_eigmax(lam_t, mu_norm)
-        elif (frame.trace is not None and not comm.active and data.n > SPREAD_SAMPLE
+        elif (frame.trace is not None and not comm.active
+              and (data.n > SPREAD_SAMPLE or data.n < data.d)
               and data.d >= SAMPLE_SPREAD_MIN_DIM):  # wide: the frame's trace, a sample's top
             mean_var = frame.sq_to(frame.trace) / data.d
             lam = covariance_eigmax(data.X, data.w, sample=SPREAD_SAMPLE)
@@ -516,6 +538,6 @@ class RBFKMeans(
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = False
+        tags.input_tags.sparse = True
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags

@@ -14,7 +14,8 @@ the memberships (the temperature is rescaled with the distances), so a fit runs 
     x' = 2^e (x - \mu), \qquad c = 2^{-e} c' + \mu, \qquad d = 2^{-2e} d', \quad T = 2^{-2e} T',
 
 with ``mu`` the weighted mean when ``||mu||^2 > tr(Sigma)`` (the offset exceeds the spread: the
-expansion would lose more than a bit; else ``mu = 0`` and no copy is made), and ``e`` chosen so
+expansion would lose more than a bit; else ``mu = 0`` and no copy is made; sparse rows,
+:mod:`rbfkmeans.sparse`, are never shifted), and ``e`` chosen so
 that the largest ``|x'|`` is about 1 when the largest ``|x - mu|`` lies outside
 ``[2^-MAX_EXPONENT, 2^MAX_EXPONENT]`` (else ``e = 0``). Multiplying by a power of two is exact,
 so the rescaled fit is the same fit. The rounding of a distance is then ``eps`` times the spread,
@@ -26,18 +27,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from .distances import chunk_rows, iter_chunks
+from .sparse import SparseRows, is_sparse
 
 if TYPE_CHECKING:
     from .comm import Comm
 
 __all__ = ["MAX_EXPONENT", "Frame"]
+
+#: dense or sparse rows (:mod:`rbfkmeans.sparse`)
+Rows = TypeVar("Rows", Tensor, SparseRows)
 
 #: data whose largest deviation from the frame's origin lies within ``2^+-MAX_EXPONENT`` is not
 #: rescaled: its squared distances are far inside the range of float32
@@ -77,6 +82,8 @@ class Frame:
         float64 passes (the weighted mean, then the largest deviations and the weighted
         trace of the covariance), summed over ``comm``'s ranks. Raises ``ValueError`` naming
         ``name`` when the data's squared deviations overflow float64."""
+        if is_sparse(X):
+            return cls._choose_sparse(X, sample_weight, name)
         n, d = X.shape
         dev = X.device
         rows = chunk_rows(n, d, chunk_size)
@@ -133,12 +140,41 @@ class Frame:
             exponent = -math.frexp(largest)[1]  # 2^e largest in [0.5, 1)
         return cls(mu.to(X.dtype) if shifted else None, exponent, trace)
 
+    @classmethod
+    def _choose_sparse(cls, X: SparseRows, sample_weight: Tensor | None, name: str) -> Frame:
+        """The frame of sparse rows: never shifted (centring would fill every entry), rescaled
+        by the same rule from the largest ``|x|``; the trace from the stored entries."""
+        d = X.shape[1]
+        Xd = X.double()
+        w = None if sample_weight is None else sample_weight.double()
+        tot = float(X.shape[0]) if w is None else float(w.sum())
+        if not tot > 0:
+            return cls()
+        mu = Xd.sum(dim=0) if w is None else Xd.tmm(w)  # (d,) sums
+        sq = Xd.square().sum(dim=1)  # (n,)
+        moment = float(sq.sum() if w is None else sq @ w)
+        mu = mu / tot
+        trace = max(moment / tot - float(mu @ mu), 0.0)
+        magnitude = float(Xd.val.abs().max()) if X.nnz else 0.0
+        if not math.isfinite(moment) or not math.isfinite(tot * 4.0 * d * magnitude**2):
+            raise ValueError(
+                f"{name} spreads too far for float64: its squared entries overflow (largest |x| "
+                f"{magnitude:.3g} over {d} features and a total weight of {tot:.3g}); the "
+                "supported range is max |x| * sqrt(4 d sum(w)) < 1.3e154. Rescale the data")
+        exponent = 0
+        if magnitude > 0 and not 2.0**-MAX_EXPONENT <= magnitude <= 2.0**MAX_EXPONENT:
+            exponent = -math.frexp(magnitude)[1]
+        return cls(None, exponent, trace)
+
     # -- into and out of the frame -----------------------------------------------------------
-    def enter(self, X: Tensor, *, inplace: bool = False) -> Tensor:
+    def enter(self, X: Rows, *, inplace: bool = False) -> Rows:
         """``2^e (X - shift)`` (..., d); ``X`` itself when the frame is the identity. With
-        ``inplace`` ``X`` (a tensor the caller owns) is overwritten."""
+        ``inplace`` ``X`` (a tensor the caller owns) is overwritten. Sparse rows are never
+        shifted (:meth:`choose`): their values are rescaled."""
         if self.identity:
             return X
+        if isinstance(X, SparseRows):
+            return X.mul_(2.0**self.exponent) if inplace else X * 2.0**self.exponent
         out = X
         if self.shift is not None:
             shift = self.shift.to(device=X.device, dtype=X.dtype)

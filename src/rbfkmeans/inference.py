@@ -23,10 +23,16 @@ from .distances import shifted_scores, sq_distances
 from .frame import Frame
 from .layer import KMeansLayer
 from .mappings import hardmax
-from .metrics import cosine_similarity, get_metric
+from .metrics import cosine_similarity, get_metric, normalize_rows
 from .passes import cluster_stats, nearest_labels
+from .sparse import SparseRows, is_sparse
 
 __all__ = ["InferenceMixin", "to_numpy"]
+
+
+def _sq_distances(X: Tensor | SparseRows, C: Tensor) -> Tensor:
+    """``||x_i - c_j||^2`` (b, k) of a chunk of rows, dense or sparse."""
+    return X.sq_distances(C) if isinstance(X, SparseRows) else sq_distances(X, C)
 
 
 def to_numpy(t: Tensor) -> np.ndarray:
@@ -79,7 +85,7 @@ class InferenceMixin:
         out = np.empty((X.shape[0], k), dtype=X.dtype)
         with torch.no_grad():
             for s in data.chunks(k):
-                D = sq_distances(data.X[s], C)  # (b, k)
+                D = _sq_distances(data.X[s], C)  # (b, k)
                 shifted = None if T == 0.0 or entry.hard else shifted_scores(D, T)
                 R = hardmax(-D, dim=1) if shifted is None else entry.forward(shifted[0], dim=1)
                 out[s] = to_numpy(R)
@@ -99,10 +105,13 @@ class InferenceMixin:
         X = self._check_X(X, reset=False)
         with torch.no_grad():
             if get_metric(self.metric).spherical:
-                D = 1.0 - cosine_similarity(self._to_torch(X), self._centers_t())  # (n, k)
-                return to_numpy(D).astype(X.dtype, copy=False)
+                Xt = self._to_torch(X)
+                D = 1.0 - (cosine_similarity(Xt, self._centers_t()) if not is_sparse(Xt)
+                           else Xt.unit_rows("X").mm(normalize_rows(self._centers_t()).T))
+                return to_numpy(D).astype(X.dtype, copy=False)  # (n, k)
             Xf, C = self._framed(X)
-            D = sq_distances(Xf, C, chunk_size=self.chunk_size).sqrt_()  # (n, k), frame units
+            D = (Xf.sq_distances(C) if is_sparse(Xf) else
+                 sq_distances(Xf, C, chunk_size=self.chunk_size)).sqrt_()  # (n, k), frame units
             exponent = self._fit_frame.exponent
             if exponent:
                 D.mul_(2.0**-exponent)

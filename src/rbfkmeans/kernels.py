@@ -143,7 +143,9 @@ def usable(X: Tensor, width: int, *, gains: int = 0, scores: bool = False) -> bo
     inside the kernel: a hard pass, a Lloyd run, a group pass) and accumulates no gain
     matrix, and the partial sums of two blocks within ``MAX_PARTIAL_ENTRIES`` (larger problems
     are cut into fewer blocks, :func:`_blocks`). It does not depend on ``n``, so every rank of
-    a distributed fit decides alike."""
+    a distributed fit decides alike. Sparse rows never run in a kernel."""
+    if getattr(X, "is_sparse", False) and not isinstance(X, Tensor):
+        return False  # rbfkmeans.sparse.SparseRows: the passes' sparse products
     if not isinstance(X, Tensor):
         raise TypeError(f"X must be a torch.Tensor; got {type(X).__name__}")
     width = check_positive_int(width, "width")

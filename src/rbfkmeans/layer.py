@@ -35,6 +35,13 @@ from .objectives import objective_from_distances
 __all__ = ["KMeansLayer"]
 
 
+def _sparse_row_sq(X: Tensor) -> Tensor:
+    """``||x_i||^2`` (n,) of a 2-D sparse (COO or CSR) tensor, as a dense tensor."""
+    coo = X.to_sparse_coo().coalesce()
+    out = torch.zeros(X.shape[0], dtype=X.dtype, device=X.device)
+    return out.index_add_(0, coo.indices()[0], coo.values().square())
+
+
 class KMeansLayer(nn.Module):
     r"""Soft (or hard) nearest-centroid assignment ``R = m(-||x - c||^2 / 2T)``.
 
@@ -150,6 +157,8 @@ class KMeansLayer(nn.Module):
     # -- computation ------------------------------------------------------------------------
     def _prepare(self, X: Tensor) -> Tensor:
         check_tensor(X, "X")
+        if (X.is_sparse or X.layout == torch.sparse_csr) and X.dim() != 2:
+            raise ValueError(f"sparse X must be a 2-D (n, d) tensor; got shape {tuple(X.shape)}")
         if X.dim() < 1 or X.shape[-1] != self.n_features:
             raise ValueError(
                 f"X must have shape (..., {self.n_features}) to match the centroids; "
@@ -159,6 +168,15 @@ class KMeansLayer(nn.Module):
 
     def _cosine(self, X: Tensor) -> Tensor:
         """``cos(x, c_j)`` (..., k) of ``X`` (..., d), prepared."""
+        if X.is_sparse or X.layout == torch.sparse_csr:
+            norms = _sparse_row_sq(X).sqrt()  # (n,)
+            zero = norms == 0
+            if bool(zero.any()):
+                raise ValueError(f"X has a zero row (row {int(zero.nonzero()[0])}; "
+                                 f"{int(zero.sum())} in all); metric='cosine' needs every row "
+                                 "to have a direction (a non-zero norm)")
+            C_hat = normalize_rows(self.centroids, "centroids")
+            return torch.sparse.mm(X, C_hat.T) / norms.unsqueeze(1)
         lead = X.shape[:-1]
         X_hat = normalize_rows(X, "X").reshape(-1, self.n_features)  # (n, d); errors name (...)
         cos = X_hat @ normalize_rows(self.centroids, "centroids").T  # (n, k)
@@ -170,6 +188,10 @@ class KMeansLayer(nn.Module):
         X = self._prepare(X)
         if self.metric == "cosine":
             return (1.0 - self._cosine(X)).mul_(2.0).clamp_(min=0.0)
+        if X.is_sparse or X.layout == torch.sparse_csr:  # ||x||^2 - 2 x.c + ||c||^2 (n, k)
+            C = self.centroids
+            D = torch.sparse.mm(X, C.T).mul(-2.0) + (C * C).sum(dim=1)
+            return (D + _sparse_row_sq(X).unsqueeze(1)).clamp(min=0.0)
         lead = X.shape[:-1]
         D = sq_distances(X.reshape(-1, self.n_features), self.centroids)
         return D.reshape(*lead, self.n_clusters)

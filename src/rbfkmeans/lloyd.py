@@ -30,6 +30,7 @@ from . import kernels
 from ._validation import check_nonnegative, check_positive_int, check_vector
 from .bounds import BoundedAssignment
 from .passes import Data, Stats, check_data, cluster_stats, nearest
+from .sparse import dense
 
 __all__ = ["STALL", "LloydResult", "farthest_points", "lloyd", "mean_update", "relocate_empty"]
 
@@ -65,7 +66,7 @@ def _top_over_ranks(data: Data, score: Tensor, m: int, *extra: Tensor) -> tuple[
     the matching rows of ``X`` and of each ``extra`` (n, ...) tensor. Fewer when there are fewer
     rows in all."""
     top = score.topk(min(m, score.numel())).indices
-    picked = [score[top], data.X[top], *(t[top] for t in extra)]
+    picked = [score[top], dense(data.X[top]), *(t[top] for t in extra)]
     comm = data.comm
     if not comm.active:
         return tuple(picked)

@@ -29,6 +29,7 @@ from .inference import to_numpy
 from .metrics import get_metric
 from .passes import cluster_stats
 from .seeding import initial_centers
+from .sparse import dense, is_sparse
 from .streaming import MiniBatchKMeans, agree_on_batch, array_batches, batch_data, macqueen_updates
 
 if TYPE_CHECKING:
@@ -97,8 +98,10 @@ class OnlineFitMixin:
             counts = torch.as_tensor(self._online_counts).to(Xt.device, Xt.dtype) \
                 if getattr(self, "_online_counts", None) is not None \
                 else torch.zeros(self.n_clusters, dtype=Xt.dtype, device=Xt.device)
-        C, counts = macqueen_updates(data.X, C, counts, frame.sq_to(T), self.assignment, w,
-                                     metric=self.metric)
+        for s in [slice(None)] if not is_sparse(data.X) else data.chunks(data.d):
+            # the rows in order; sparse rows a chunk at a time as dense rows
+            C, counts = macqueen_updates(dense(data.X[s]), C, counts, frame.sq_to(T),
+                                         self.assignment, data.weight(s), metric=self.metric)
         self.cluster_centers_ = to_numpy(frame.leave(C)).astype(X.dtype, copy=False)
         self._online_counts = to_numpy(counts)
         self.n_iter_ += 1

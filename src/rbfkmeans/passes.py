@@ -44,6 +44,7 @@ from .assignments import Assignment, get_assignment
 from .comm import Comm
 from .distances import chunk_rows, cross_term, iter_chunks, row_min, row_norms_sq
 from .metrics import Metric, get_metric
+from .sparse import SparseRows
 
 __all__ = ["Data", "Nearest", "Stats", "check_data", "cluster_stats", "nearest", "nearest_labels"]
 
@@ -53,9 +54,10 @@ class Data:
 
     Parameters
     ----------
-    X : Tensor (n, d)
+    X : Tensor (n, d) or SparseRows
         float32 or float64 points (this rank's shard under ``torch.distributed``); never modified
-        (copied once when not row-major).
+        (copied once when not row-major). A :class:`~rbfkmeans.sparse.SparseRows` stands in for
+        CSR data: the passes compute from its stored entries (:mod:`rbfkmeans.sparse`).
     sample_weight : Tensor (n,), optional
         Non-negative finite weights (converted to ``X``'s dtype and device).
     chunk_size : int, optional
@@ -73,7 +75,7 @@ class Data:
 
     def __init__(
         self,
-        X: Tensor,
+        X: Tensor | SparseRows,
         sample_weight: Tensor | None = None,
         *,
         chunk_size: int | None = None,
@@ -81,11 +83,12 @@ class Data:
         validate: bool = True,
         metric: str | Metric = "sqeuclidean",
     ) -> None:
-        check_matrix(X, "X", "(n, d)")
+        if not isinstance(X, SparseRows):
+            check_matrix(X, "X", "(n, d)")
         if X.dtype not in (torch.float32, torch.float64):
             raise TypeError(f"X must be float32 or float64; got {X.dtype}")
         if validate:
-            check_finite(X, "X")
+            check_finite(X.val if isinstance(X, SparseRows) else X, "X")
         if sample_weight is not None:
             if not isinstance(sample_weight, Tensor):
                 raise TypeError(
@@ -105,7 +108,12 @@ class Data:
         if comm is not None and not isinstance(comm, Comm):
             raise TypeError(f"comm must be a rbfkmeans.comm.Comm; got {type(comm).__name__}")
         self.metric = get_metric(metric)
-        self.X = self.metric.prepare(X, "X").contiguous()  # row-major: every pass reads rows
+        if isinstance(X, SparseRows):
+            if self.metric.spherical:  # the unit rows, as stored entries
+                X = X.unit_rows("X")
+        else:
+            X = self.metric.prepare(X, "X")
+        self.X: Any = X.contiguous()  # row-major: every pass reads rows (or sparse rows)
         self.w = sample_weight
         self.chunk_size = chunk_size
         self.comm = comm if comm is not None else Comm()

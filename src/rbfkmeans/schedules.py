@@ -122,19 +122,26 @@ def covariance_spread(
     than that, in one process, the trace is still that of all rows (one ``O(n d)`` pass), but
     ``lambda_max`` is the covariance's of ``sample`` rows drawn at random (a fixed seed), found
     matrix-free (:func:`top_eigenpair`): ``O(sample d)`` per Lanczos step instead of the
-    ``O(n d^2)`` of forming ``Sigma`` (2 s on MNIST's 70,000 x 784).
+    ``O(n d^2)`` of forming ``Sigma`` (2 s on MNIST's 70,000 x 784). Data with fewer rows
+    than features (and at least that many) takes the matrix-free route over all its rows
+    (whatever ``sample``): a TF-IDF of 60,000 words would need a 29 GB ``Sigma``.
     """
     check_finite(check_matrix(X, "X"), "X")
     n, d = X.shape
-    if (sample is not None and n > sample and d >= SAMPLE_SPREAD_MIN_DIM
-            and (comm is None or not comm.active)):
-        return _sampled_spread(X, sample_weight, sample, chunk_size)
+    if _matrix_free(n, d, sample) and (comm is None or not comm.active):
+        return _sampled_spread(X, sample_weight, sample or n, chunk_size)
     moments = _moments(X, sample_weight, chunk_size, comm)
     if moments is None:
         return 0.0, 0.0
     _, cov = moments
     mean_var = float(cov.diagonal().clamp(min=0).mean())
     return mean_var, float(torch.linalg.eigvalsh(cov).max().clamp(min=0))
+
+
+def _matrix_free(n: int, d: int, sample: int | None) -> bool:
+    """Whether the spread of ``n`` rows of ``d`` features takes ``lambda_max`` matrix-free:
+    wide data with more rows than ``sample``, or with fewer rows than features."""
+    return d >= SAMPLE_SPREAD_MIN_DIM and ((sample is not None and n > sample) or n < d)
 
 
 def _sampled_spread(X: Tensor, w: Tensor | None, sample: int,
@@ -265,8 +272,8 @@ def sphere_spread(
     rows, matrix-free, on wide data with more rows than that).
     """
     n, d = check_matrix(X, "X").shape
-    if (sample is not None and n > sample and d >= SAMPLE_SPREAD_MIN_DIM
-            and (comm is None or not comm.active)):
+    if _matrix_free(n, d, sample) and (comm is None or not comm.active):
+        sample = sample or n
         mean_var, _ = _sampled_spread(X, sample_weight, sample, chunk_size)
         mu, _ = _weighted_mean(X, sample_weight, chunk_size)
         r = float(mu.norm())
@@ -310,10 +317,10 @@ def covariance_eigmax(X: Tensor, sample_weight: Tensor | None = None, *,
     :func:`covariance_spread`, without the trace's pass)."""
     check_finite(check_matrix(X, "X"), "X")
     n, d = X.shape
-    if sample is not None and n > sample and d >= SAMPLE_SPREAD_MIN_DIM:
+    if _matrix_free(n, d, sample):
         if sample_weight is not None:
             check_vector(sample_weight, "sample_weight", n)
-        return _sampled_eigmax(X, sample_weight, sample)
+        return _sampled_eigmax(X, sample_weight, sample or n)
     return covariance_spread(X, sample_weight)[1]
 
 

@@ -25,6 +25,7 @@ from ._validation import check_positive_int
 from .comm import Comm
 from .distances import row_norms_sq
 from .passes import Data, check_data, nearest
+from .sparse import dense
 
 __all__ = ["INITS", "initial_centers", "kmeans_plusplus", "weighted_mean"]
 
@@ -175,7 +176,7 @@ def initial_centers(
             p = torch.ones(data.n, dtype=torch.float64) if data.w is None \
                 else data.w.double().cpu()
             idx = torch.multinomial(p, k, replacement=False, generator=generator)
-            return data.X[idx.to(data.X.device)].clone()
+            return dense(data.X[idx.to(data.X.device)]).clone()
         raise ValueError(f"init must be one of {', '.join(map(repr, INITS))}, an array or a "
                          f"callable; got {init!r}")
     C0 = np.asarray(init(data.X.cpu().numpy(), k, np.random.RandomState(seed))) \

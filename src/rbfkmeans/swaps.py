@@ -27,6 +27,7 @@ from . import kernels
 from ._validation import check_positive_int
 from .lloyd import LloydResult, lloyd
 from .passes import Data, check_data, nearest
+from .sparse import is_sparse
 
 __all__ = ["SwapResult", "swap_costs", "swap_search"]
 
@@ -88,6 +89,17 @@ def _scatter_times(data: Data, C: Tensor, labels: Tensor, V: Tensor) -> Tensor:
         data.comm.sum_(U)
         return U
     U = torch.zeros(k, d, dtype=torch.float64, device=data.X.device)
+    if is_sparse(data.X):  # U_a = sum w_i p_i x_i - c_a sum w_i p_i, p_i = x_i . V_a - c_a . V_a
+        Cd, Vd = C.double(), V.double()
+        Xd = data.X.double()
+        proj = Xd.row_dot(Vd, labels) - (Cd * Vd).sum(dim=1)[labels]  # (n,)
+        if data.w is not None:
+            proj = proj * data.w.double()
+        (Xd * proj).scatter_add_into(U, labels)
+        U -= Cd * torch.zeros(k, dtype=torch.float64, device=U.device).index_add_(
+            0, labels, proj).unsqueeze(1)
+        data.comm.sum_(U)
+        return U
     for s in data.chunks(max(k, d)):
         lab = labels[s]
         Y = (data.X[s] - C[lab]).double()  # (b, d)
@@ -108,6 +120,15 @@ def _halves(data: Data, C: Tensor, labels: Tensor, V: Tensor) -> tuple[Tensor, T
     dev = data.X.device
     count = torch.zeros(2 * k, dtype=torch.float64, device=dev)
     total = torch.zeros(2 * k, d, dtype=torch.float64, device=dev)
+    if is_sparse(data.X):  # the side from x_i . V_a - c_a . V_a, the sums from stored entries
+        Xd, Vd = data.X.double(), V.double()
+        side = Xd.row_dot(Vd, labels) - (C.double() * Vd).sum(dim=1)[labels] > 0
+        half = 2 * labels + side.long()
+        wc = torch.ones(data.n, dtype=torch.float64, device=dev) if data.w is None \
+            else data.w.double()
+        count.index_add_(0, half, wc)
+        (Xd * wc).scatter_add_into(total, half)
+        return count, total
     for s in data.chunks(max(k, d)):
         lab = labels[s]
         Xc = data.X[s].double()

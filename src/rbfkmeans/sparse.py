@@ -1,0 +1,498 @@
+r"""Sparse rows: CSR data in the passes of a fit, never densified as a whole.
+
+Text clustering runs on TF-IDF matrices with tens of thousands of columns and a few dozen
+entries a row: dense, such an ``X`` would not fit in memory, and its products would cost
+``d / nnz_row`` times as much as needed. :class:`SparseRows` holds a CSR matrix (row pointers,
+column indices, values as tensors) and stands in for the dense ``X`` of
+:class:`rbfkmeans.passes.Data`: the passes index it by chunks and rows as they index a tensor,
+and the few operations they apply to it are computed from the stored entries
+(``__torch_function__``):
+
+.. math::
+
+    X M \ \text{(the scores)}, \qquad v^T X, \quad R^T X, \quad
+    S_{a_i} \mathrel{+}= w_i x_i \ \text{(the sums)}, \qquad
+    x_i \cdot y_i,\ \|x_i\|^2 \ \text{(rowwise)},
+
+each in ``O(nnz)`` (times the width of ``M`` or ``R``), on the CPU by SciPy's CSR products and
+elsewhere by ``torch.sparse``. What needs a dense row (``x_i - c_j``, a row that becomes a
+centroid) gets one chunk of rows densified at a time. Any other operation raises
+``TypeError`` naming it, so a pass that would silently densify cannot exist.
+
+The fit of sparse data is not centred (centring would fill every entry): the frame
+(:mod:`rbfkmeans.frame`) only rescales it, as scikit-learn's ``KMeans`` also leaves sparse data
+uncentred.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, TypeGuard
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from torch import Tensor
+
+from .metrics import _zero_row_error
+
+__all__ = ["SparseRows", "dense", "is_sparse", "sparse_spread"]
+
+
+def is_sparse(X: Any) -> TypeGuard[SparseRows]:
+    """Whether ``X`` is a :class:`SparseRows`."""
+    return isinstance(X, SparseRows)
+
+
+def dense(X: Tensor | SparseRows) -> Tensor:
+    """``X`` as a dense tensor (a chunk of rows; ``X`` itself when it is one)."""
+    return X.to_dense() if isinstance(X, SparseRows) else X
+
+
+class SparseRows:
+    """A CSR matrix (n, d) held as tensors: ``crow`` (n + 1,) row pointers, ``col`` (nnz,)
+    column indices (int64), ``val`` (nnz,) float values, on one device.
+
+    Indexing by a slice or by row indices (a tensor, an array, a list, a boolean mask) gives
+    the selected rows as another :class:`SparseRows`; the arithmetic the passes need is in
+    the methods below and in ``__torch_function__`` (module docstring). Instances are never
+    modified in place except by :meth:`mul_`.
+    """
+
+    __slots__ = ("_rows", "_scipy", "col", "crow", "shape", "val")
+    ndim = 2
+    requires_grad = False
+    is_sparse = True
+
+    def __init__(self, crow: Tensor, col: Tensor, val: Tensor, shape: Sequence[int]) -> None:
+        self.crow, self.col, self.val = crow, col, val
+        self.shape = torch.Size((int(shape[0]), int(shape[1])))
+        self._rows: Tensor | None = None  # entry_rows(), computed on first use
+        self._scipy: sp.csr_array | None = None  # scipy(), built on first use
+
+    @classmethod
+    def from_scipy(cls, A: Any, dtype: torch.dtype | None = None,
+                   device: torch.device | str | None = None) -> SparseRows:
+        """The rows of a SciPy sparse matrix or array ``A`` (any format: converted to CSR with
+        sorted, summed duplicate entries), copied: nothing of ``A`` is shared or modified."""
+        A = sp.csr_array(A, copy=True)
+        A.sum_duplicates()
+        A.sort_indices()
+        val = torch.from_numpy(np.asarray(A.data))
+        if dtype is not None:
+            val = val.to(dtype)
+        return cls(torch.from_numpy(A.indptr.astype(np.int64)).to(device),
+                   torch.from_numpy(A.indices.astype(np.int64)).to(device),
+                   val.to(device), A.shape)
+
+    def __repr__(self) -> str:
+        return (f"SparseRows(shape={tuple(self.shape)}, nnz={self.nnz}, dtype={self.dtype}, "
+                f"device={self.device})")
+
+    # -- what a tensor says about itself ------------------------------------------------------
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.val.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.val.device
+
+    @property
+    def nnz(self) -> int:
+        return int(self.val.numel())
+
+    def dim(self) -> int:
+        return 2
+
+    def size(self, i: int | None = None) -> Any:
+        return self.shape if i is None else self.shape[i]
+
+    def numel(self) -> int:
+        return int(self.shape[0] * self.shape[1])
+
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def is_floating_point(self) -> bool:
+        return self.val.is_floating_point()
+
+    # -- copies and conversions ---------------------------------------------------------------
+    def _with(self, val: Tensor) -> SparseRows:
+        """The same structure with other values."""
+        out = SparseRows(self.crow, self.col, val, self.shape)
+        out._rows = self._rows
+        return out
+
+    def to(self, *args: Any, **kwargs: Any) -> SparseRows:
+        """As ``Tensor.to``: another dtype and/or device (the structure moves with it)."""
+        val = self.val.to(*args, **kwargs)
+        if val.device == self.device:
+            return self._with(val)
+        return SparseRows(self.crow.to(val.device), self.col.to(val.device), val, self.shape)
+
+    def double(self) -> SparseRows:
+        return self._with(self.val.double())
+
+    def cpu(self) -> SparseRows:
+        return self.to("cpu")
+
+    def contiguous(self) -> SparseRows:
+        return self
+
+    def detach(self) -> SparseRows:
+        return self
+
+    def clone(self) -> SparseRows:
+        return SparseRows(self.crow.clone(), self.col.clone(), self.val.clone(), self.shape)
+
+    def to_dense(self) -> Tensor:
+        """The rows as a dense tensor (n, d): for a chunk of rows, never the whole data."""
+        out = torch.zeros(self.shape, dtype=self.dtype, device=self.device)
+        out.view(-1).index_put_((self.entry_rows() * self.shape[1] + self.col,), self.val,
+                                accumulate=True)
+        return out
+
+    def scipy(self) -> sp.csr_array:
+        """The rows as a SciPy CSR array (CPU; sharing the values' memory)."""
+        if self._scipy is None:
+            X = self.cpu()
+            self._scipy = sp.csr_array((X.val.numpy(), X.col.numpy(), X.crow.numpy()),
+                                       shape=self.shape)
+        return self._scipy
+
+    def numpy(self) -> sp.csr_array:
+        """A copy of :meth:`scipy` (what an ``init`` callable of the estimator receives)."""
+        return self.scipy().copy()
+
+    def entry_rows(self) -> Tensor:
+        """The row of each stored entry (nnz,) (kept: every product of the passes uses it)."""
+        if self._rows is None:
+            counts = self.crow[1:] - self.crow[:-1]
+            self._rows = torch.repeat_interleave(
+                torch.arange(self.shape[0], device=self.device), counts)
+        return self._rows
+
+    # -- rows ---------------------------------------------------------------------------------
+    def new_empty(self, shape: Any) -> Tensor:
+        """A dense tensor of this dtype and device (as ``Tensor.new_empty``)."""
+        return torch.empty(shape, dtype=self.dtype, device=self.device)
+
+    def new_zeros(self, shape: Any) -> Tensor:
+        return torch.zeros(shape, dtype=self.dtype, device=self.device)
+
+    def __getitem__(self, key: Any) -> Any:
+        """Rows: a slice or an index gives :class:`SparseRows`, an integer one dense row (d,)."""
+        n = self.shape[0]
+        if isinstance(key, int | np.integer) or (isinstance(key, Tensor) and key.dim() == 0
+                                                   and not key.is_floating_point()
+                                                   and key.dtype != torch.bool):
+            i = int(key)
+            if not -n <= i < n:
+                raise IndexError(f"row {i} is out of range for {n} rows")
+            return self[slice(i % n, i % n + 1)].to_dense()[0]
+        if isinstance(key, slice):
+            start, stop, step = key.indices(n)
+            if step != 1:
+                return self[torch.arange(start, stop, step)]
+            stop = max(start, stop)
+            crow = self.crow[start : stop + 1]
+            a, b = int(crow[0]), int(crow[-1])
+            return SparseRows(crow - a, self.col[a:b], self.val[a:b], (stop - start, self.shape[1]))
+        idx = torch.as_tensor(np.asarray(key) if not isinstance(key, Tensor) else key)
+        if idx.dtype == torch.bool:
+            idx = idx.nonzero().squeeze(1)
+        if idx.dim() != 1 or idx.is_floating_point():
+            raise TypeError(f"rows of SparseRows are taken by a slice or a 1-D index; got {key!r}")
+        idx = idx.to(device=self.device, dtype=torch.long)
+        idx = torch.where(idx < 0, idx + n, idx)
+        starts = self.crow[idx]
+        counts = self.crow[idx + 1] - starts
+        crow = torch.zeros(idx.numel() + 1, dtype=torch.long, device=self.device)
+        torch.cumsum(counts, 0, out=crow[1:])
+        offset = torch.repeat_interleave(starts - crow[:-1], counts)
+        pos = torch.arange(int(crow[-1]), device=self.device) + offset
+        return SparseRows(crow, self.col[pos], self.val[pos], (idx.numel(), self.shape[1]))
+
+    # -- elementwise --------------------------------------------------------------------------
+    def _row_scale(self, v: Any) -> SparseRows:
+        """``v * X`` for a scalar or a per-row factor ``v`` (n,) or (n, 1)."""
+        if not isinstance(v, Tensor) or v.numel() == 1:
+            return self._with(self.val * (v if not isinstance(v, Tensor) else v.reshape(())))
+        if (v.dim() == 2 and v.shape[1] != 1) or v.shape[0] != self.shape[0]:
+            raise TypeError(f"SparseRows of shape {tuple(self.shape)} scale by rows (n,) or "
+                            f"(n, 1); got {tuple(v.shape)}")
+        return self._with(self.val * v.reshape(-1)[self.entry_rows()].to(self.dtype))
+
+    def __mul__(self, v: Any) -> SparseRows:
+        return self._row_scale(v)
+
+    __rmul__ = __mul__
+
+    def mul_(self, v: float) -> SparseRows:
+        """Scale every value by the scalar ``v`` in place."""
+        self.val.mul_(v)
+        return self
+
+    def square(self) -> SparseRows:
+        return self._with(self.val.square())
+
+    def abs(self) -> SparseRows:
+        return self._with(self.val.abs())
+
+    def __neg__(self) -> SparseRows:
+        return self._with(-self.val)
+
+    def __sub__(self, other: Any) -> Tensor:
+        return self.to_dense() - other  # x - c: a dense row (module docstring)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        return other - self.to_dense()
+
+    def __add__(self, other: Any) -> Tensor:
+        return self.to_dense() + other
+
+    __radd__ = __add__
+
+    def sum(self, dim: int | None = None, dtype: torch.dtype | None = None,
+            keepdim: bool = False) -> Tensor:
+        """Row sums (``dim=1``), column sums (``dim=0``) or the total."""
+        val = self.val if dtype is None else self.val.to(dtype)
+        if dim is None:
+            return val.sum()
+        dim = dim % 2
+        index = self.entry_rows() if dim == 1 else self.col
+        out = torch.zeros(self.shape[1 - dim], dtype=val.dtype, device=self.device)
+        out.index_add_(0, index, val)
+        return out.unsqueeze(dim) if keepdim else out
+
+    def unit_rows(self, name: str = "X") -> SparseRows:
+        """Every row divided by its norm (``y / ||y||`` with ``y = x / max_l |x_l|``, so no
+        norm underflows or overflows); a zero row raises ``ValueError`` naming ``name``."""
+        rows = self.entry_rows()
+        scale = torch.zeros(self.shape[0], dtype=self.dtype, device=self.device)
+        scale.scatter_reduce_(0, rows, self.val.abs(), reduce="amax")
+        if bool((scale == 0).any()):
+            raise _zero_row_error(scale == 0, name)
+        y = self.val / scale[rows]
+        norm = torch.zeros_like(scale).index_add_(0, rows, y.square()).sqrt_()
+        return self._with(y / norm[rows])
+
+    def row_dot(self, Y: Tensor | SparseRows, index: Tensor | None = None) -> Tensor:
+        """``x_i . y_i`` for each row (n,) of dense ``Y`` (n, d), or ``x_i . Y[index_i]`` when
+        ``index`` (n,) is given (no (n, d) gather), or ``||x_i||^2`` when ``Y`` is these rows."""
+        if index is not None:
+            rows = self.entry_rows()
+            prod = self.val.to(Y.dtype) * Y[index.to(self.device)[rows], self.col]
+            out = torch.zeros(self.shape[0], dtype=prod.dtype, device=self.device)
+            return out.index_add_(0, rows, prod)
+        if isinstance(Y, SparseRows):
+            if Y is not self and not (torch.equal(Y.crow, self.crow)
+                                      and torch.equal(Y.col, self.col)):
+                raise TypeError("rowwise products of two different SparseRows are not supported")
+            prod = self.val * Y.val
+        else:
+            rows = self.entry_rows()
+            prod = self.val * Y[rows, self.col].to(self.dtype)
+        out = torch.zeros(self.shape[0], dtype=prod.dtype, device=self.device)
+        return out.index_add_(0, self.entry_rows(), prod)
+
+    def aminmax(self) -> tuple[Tensor, Tensor]:
+        """The smallest and the largest entry, the zeros not stored included."""
+        zero = torch.zeros((), dtype=self.dtype, device=self.device)
+        if self.nnz == 0:
+            return zero, zero
+        lo, hi = torch.aminmax(self.val)
+        if self.nnz < self.numel():
+            lo, hi = torch.minimum(lo, zero), torch.maximum(hi, zero)
+        return lo, hi
+
+    # -- products -----------------------------------------------------------------------------
+    def mm(self, M: Tensor) -> Tensor:
+        """``X M`` (n, m) for dense ``M`` (d, m)."""
+        M = M.to(self.dtype)
+        if self.device.type == "cpu":
+            return torch.from_numpy(np.asarray(self.scipy() @ M.numpy()))
+        return self._torch_csr() @ M
+
+    def tmm(self, R: Tensor) -> Tensor:
+        """``X^T R`` (d, m) for dense ``R`` (n, m) (``R`` (n,): ``X^T r``, (d,))."""
+        R = R.to(self.dtype)
+        if self.device.type == "cpu":
+            return torch.from_numpy(np.ascontiguousarray(self.scipy().T @ R.numpy()))
+        return (R.T @ self._torch_csr()).T
+
+    def _torch_csr(self) -> Tensor:
+        """The rows as a ``torch.sparse_csr_tensor`` (the products off the CPU)."""
+        with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta"
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_csr_tensor(self.crow, self.col, self.val, self.shape)
+
+    def sq_distances(self, C: Tensor) -> Tensor:
+        """``||x_i - c_j||^2 = ||x_i||^2 - 2 x_i . c_j + ||c_j||^2`` (n, k), clamped at 0 (the
+        expansion about the origin: sparse rows are not centred)."""
+        C = C.to(self.dtype)
+        D = self.mm(C.T).mul_(-2.0).add_(C.square().sum(dim=1))
+        return D.add_(self.row_dot(self).unsqueeze(1)).clamp_(min=0.0)
+
+    def scatter_add_into(self, S: Tensor, labels: Tensor, alpha: float = 1.0) -> Tensor:
+        """``S[labels[i]] += alpha x_i`` for every row (``S`` (k, d) contiguous, in place)."""
+        if not S.is_contiguous():
+            raise TypeError("SparseRows add into contiguous sums only")
+        flat = labels.to(self.device)[self.entry_rows()] * self.shape[1] + self.col
+        val = self.val.to(S.dtype)
+        S.view(-1).index_add_(0, flat, val if alpha == 1.0 else alpha * val)
+        return S
+
+    # -- the torch functions the passes apply (module docstring) ------------------------------
+    @classmethod
+    def __torch_function__(cls, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = dict(kwargs or {})
+        handler = _HANDLERS.get(getattr(func, "__name__", ""))
+        if handler is None:
+            raise TypeError(f"{getattr(func, '__name__', func)} is not supported on sparse rows "
+                            "(rbfkmeans.sparse.SparseRows)")
+        return handler(*args, **kwargs)
+
+
+def _addmm(inp: Tensor, mat1: Any, mat2: Any, *, beta: float = 1.0, alpha: float = 1.0,
+           out: Tensor | None = None) -> Tensor:
+    """``beta inp + alpha mat1 mat2`` with one sparse factor."""
+    if isinstance(mat1, SparseRows):
+        prod = mat1.mm(mat2)
+    elif isinstance(mat2, SparseRows):
+        prod = mat2.tmm(mat1.T).T
+    else:
+        raise TypeError("addmm on SparseRows needs a sparse factor")
+    result = torch.add(prod.mul_(alpha), inp.to(prod.dtype), alpha=beta) if beta != 1.0 \
+        else prod.mul_(alpha).add_(inp.to(prod.dtype))
+    if out is not None:
+        return out.copy_(result)
+    return result
+
+
+def _addmm_(inp: Tensor, mat1: Any, mat2: Any, *, beta: float = 1.0,
+            alpha: float = 1.0) -> Tensor:
+    """In place: ``inp <- beta inp + alpha mat1 mat2``."""
+    return inp.copy_(_addmm(inp, mat1, mat2, beta=beta, alpha=alpha))
+
+
+def _matmul(a: Any, b: Any) -> Tensor:
+    if isinstance(a, SparseRows):
+        return a.mm(b) if b.dim() == 2 else a.mm(b.unsqueeze(1)).squeeze(1)
+    if a.dim() == 1:  # v^T X
+        return b.tmm(a)
+    return b.tmm(a.T).T  # R^T X with R^T given
+
+
+def _rmatmul(a: Any, b: Any) -> Tensor:
+    return _matmul(b, a)
+
+
+def _index_add_(S: Tensor, dim: int, index: Tensor, source: SparseRows, *,
+                alpha: float = 1.0) -> Tensor:
+    if dim != 0 or not isinstance(source, SparseRows):
+        raise TypeError("index_add_ of SparseRows adds rows (dim 0) of the sparse source")
+    return source.scatter_add_into(S, index, alpha)
+
+
+def _einsum(equation: str, *operands: Any) -> Tensor:
+    if equation.replace(" ", "") != "nd,nd->n" or len(operands) != 2:
+        raise TypeError(f"einsum {equation!r} is not supported on sparse rows")
+    a, b = operands
+    return a.row_dot(b) if isinstance(a, SparseRows) else b.row_dot(a)
+
+
+def _mul(a: Any, b: Any) -> SparseRows:
+    return b._row_scale(a) if isinstance(b, SparseRows) else a._row_scale(b)
+
+
+def _aminmax(X: SparseRows) -> tuple[Tensor, Tensor]:
+    return X.aminmax()
+
+
+def _cat(tensors: Any, dim: int = 0) -> SparseRows:
+    """The rows of several :class:`SparseRows` one after another."""
+    parts = list(tensors)
+    if dim != 0 or not all(isinstance(t, SparseRows) for t in parts):
+        raise TypeError("cat of SparseRows stacks sparse rows only (dim 0)")
+    d = parts[0].shape[1]
+    if any(t.shape[1] != d for t in parts):
+        raise ValueError("cat of SparseRows needs the same number of columns")
+    offsets = torch.tensor([0] + [t.nnz for t in parts], device=parts[0].device).cumsum(0)
+    crow = torch.cat([parts[0].crow[:1]] + [t.crow[1:] + offsets[i] for i, t in enumerate(parts)])
+    return SparseRows(crow, torch.cat([t.col for t in parts]), torch.cat([t.val for t in parts]),
+                      (sum(t.shape[0] for t in parts), d))
+
+
+_HANDLERS: dict[str, Callable[..., Any]] = {
+    "addmm": _addmm, "addmm_": _addmm_, "matmul": _matmul, "__matmul__": _matmul,
+    "__rmatmul__": _rmatmul, "mm": _matmul, "index_add_": _index_add_, "einsum": _einsum,
+    "mul": _mul, "__mul__": _mul, "__rmul__": _mul, "aminmax": _aminmax, "cat": _cat,
+}
+
+
+@torch.no_grad()
+def sparse_spread(X: SparseRows, w: Tensor | None = None, *, sample: int | None = None,
+                  seed: int = 0, tangent: bool = False) -> tuple[float, float, Tensor]:
+    r"""The spread of sparse rows without centring them: the mean feature variance
+    ``tr(Sigma) / d``, the largest eigenvalue of ``Sigma`` and the weighted mean ``mu`` (d,),
+    all in float64, from
+
+    .. math::
+
+        \Sigma v = \frac{1}{\sum w} X^T (w \odot X v) - \mu (\mu \cdot v), \qquad
+        \operatorname{tr} \Sigma = \frac{\sum_i w_i \|x_i\|^2}{\sum w} - \|\mu\|^2,
+
+    the eigenvalue by Lanczos (ARPACK) on these products (of ``sample`` random rows when
+    given and there are more). With ``tangent`` (unit rows: spherical k-means' first split,
+    :func:`rbfkmeans.schedules.sphere_spread`) the eigenvalue is that of ``P Sigma P``,
+    ``P = I - mu_hat mu_hat^T``. ``(0, 0, 0)`` when the weights sum to zero."""
+    n, d = X.shape
+    ww = torch.ones(n, dtype=torch.float64, device=X.device) if w is None else w.double()
+    tot = float(ww.sum())
+    if not tot > 0:
+        return 0.0, 0.0, torch.zeros(d, dtype=torch.float64)
+    Xd = X.double()
+    mu = Xd.tmm(ww) / tot  # (d,)
+    trace = max(float(Xd.square().sum(dim=1) @ ww) / tot - float(mu @ mu), 0.0)
+    if sample is not None and n > sample:
+        rows = torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:sample]
+        Xs, ws = Xd[rows], ww[rows.to(ww.device)]
+    else:
+        Xs, ws = Xd, ww
+    tot_s = float(ws.sum())
+    if not tot_s > 0 or min(Xs.shape) < 1:
+        return trace / d, 0.0, mu.cpu()
+    A = Xs.scipy()
+    mu_s = A.T @ ws.cpu().numpy() / tot_s
+    u = ws.cpu().numpy() / tot_s
+
+    mu_np = mu.cpu().numpy()
+    r = float(np.linalg.norm(mu_np))
+    u_hat = mu_np / r if tangent and r > 0 else None
+
+    def apply(v: np.ndarray) -> np.ndarray:
+        v = np.asarray(v).reshape(-1)
+        if u_hat is not None:
+            v = v - u_hat * (u_hat @ v)
+        out = A.T @ (u * (A @ v)) - mu_s * (mu_s @ v)
+        return out if u_hat is None else out - u_hat * (u_hat @ out)
+
+    from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
+
+    op = LinearOperator((d, d), matvec=apply, dtype=np.float64)
+    if d <= 2:
+        M = np.stack([apply(e) for e in np.eye(d)], axis=1)
+        lam = float(np.linalg.eigvalsh(M).max())
+    else:
+        v0 = np.random.RandomState(seed).standard_normal(d)
+        try:
+            lam = float(eigsh(op, k=1, which="LA", v0=v0, tol=1e-6,
+                              return_eigenvectors=False)[0])
+        except ArpackNoConvergence as exc:  # the best Ritz value found
+            lam = float(np.max(exc.eigenvalues)) if len(exc.eigenvalues) else trace
+    return trace / d, max(lam, 0.0) if math.isfinite(lam) else trace, mu.cpu()
