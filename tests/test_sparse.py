@@ -425,3 +425,28 @@ def test_products_off_the_cpu_path_equal_scipy(monkeypatch: pytest.MonkeyPatch) 
     got = SparseRows.mm(X, C.T), SparseRows.tmm(X, R)
     torch.testing.assert_close(got[0], want[0])
     torch.testing.assert_close(got[1], want[1])
+
+
+def test_public_functions_refuse_bad_input_by_name() -> None:
+    with pytest.raises(TypeError, match=r"X must be a torch\.Tensor or SparseRows; got NoneType"):
+        dense(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="A must be a 2-D SciPy sparse matrix or array; got "
+                                        "ndarray"):
+        SparseRows.from_scipy(np.ones((2, 2)))
+    bad = sp.csr_array(np.array([[1.0, np.nan], [np.inf, 0.0]]))
+    with pytest.raises(ValueError, match="A holds 2 NaN or inf entries"):
+        SparseRows.from_scipy(bad)
+    with pytest.raises(ValueError, match="needs crow"):
+        SparseRows(torch.zeros(2, dtype=torch.long), torch.zeros(1, dtype=torch.long),
+                   torch.zeros(1), (3, 2))
+    with pytest.raises(TypeError, match="crow, col and val must be tensors"):
+        SparseRows(None, None, None, (1, 1))  # type: ignore[arg-type]
+    X = rows_of(random_csr(5, 3, 0.5, 0))
+    with pytest.raises(TypeError, match="X must be SparseRows; got Tensor"):
+        sparse_spread(torch.ones(3, 3))  # type: ignore[arg-type]
+    for w in (torch.ones(4), -torch.ones(5), torch.full((5,), float("nan")), [1.0] * 5):
+        with pytest.raises(ValueError, match=r"w must be a finite non-negative tensor of shape "
+                                             r"\(5,\)"):
+            sparse_spread(X, w)  # type: ignore[arg-type]
+    assert not is_sparse(torch.ones(2))
+    assert is_sparse(X)

@@ -48,7 +48,11 @@ def is_sparse(X: Any) -> TypeGuard[SparseRows]:
 
 def dense(X: Tensor | SparseRows) -> Tensor:
     """``X`` as a dense tensor (a chunk of rows; ``X`` itself when it is one)."""
-    return X.to_dense() if isinstance(X, SparseRows) else X
+    if isinstance(X, SparseRows):
+        return X.to_dense()
+    if not isinstance(X, Tensor):
+        raise TypeError(f"X must be a torch.Tensor or SparseRows; got {type(X).__name__}")
+    return X
 
 
 class SparseRows:
@@ -67,6 +71,14 @@ class SparseRows:
     is_sparse = True
 
     def __init__(self, crow: Tensor, col: Tensor, val: Tensor, shape: Sequence[int]) -> None:
+        if not all(isinstance(t, Tensor) for t in (crow, col, val)):
+            raise TypeError("crow, col and val must be tensors; got "
+                            f"{', '.join(type(t).__name__ for t in (crow, col, val))}")
+        if len(shape) != 2 or crow.shape != (int(shape[0]) + 1,) or col.shape != val.shape \
+                or col.dim() != 1:
+            raise ValueError(f"a CSR matrix of shape {tuple(shape)} needs crow ({shape[0]} + 1,) "
+                             "and col, val of one length; got crow "
+                             f"{tuple(crow.shape)}, col {tuple(col.shape)}, val {tuple(val.shape)}")
         self.crow, self.col, self.val = crow, col, val
         self.shape = torch.Size((int(shape[0]), int(shape[1])))
         self._rows: Tensor | None = None  # entry_rows(), computed on first use
@@ -76,8 +88,16 @@ class SparseRows:
     def from_scipy(cls, A: Any, dtype: torch.dtype | None = None,
                    device: torch.device | str | None = None) -> SparseRows:
         """The rows of a SciPy sparse matrix or array ``A`` (any format: converted to CSR with
-        sorted, summed duplicate entries), copied: nothing of ``A`` is shared or modified."""
+        sorted, summed duplicate entries), copied: nothing of ``A`` is shared or modified.
+        Raises ``TypeError`` for anything else and ``ValueError`` for NaN or inf entries."""
+        if not sp.issparse(A) or A.ndim != 2:
+            raise TypeError(f"A must be a 2-D SciPy sparse matrix or array; got "
+                            f"{type(A).__name__}")
         A = sp.csr_array(A, copy=True)
+        if A.dtype.kind not in "fiub":
+            raise TypeError(f"A must hold real numbers; got dtype {A.dtype}")
+        if not np.isfinite(A.data).all():
+            raise ValueError(f"A holds {int((~np.isfinite(A.data)).sum())} NaN or inf entries")
         A.sum_duplicates()
         A.sort_indices()
         val = torch.from_numpy(np.asarray(A.data))
@@ -451,7 +471,13 @@ def sparse_spread(X: SparseRows, w: Tensor | None = None, *, sample: int | None 
     given and there are more). With ``tangent`` (unit rows: spherical k-means' first split,
     :func:`rbfkmeans.schedules.sphere_spread`) the eigenvalue is that of ``P Sigma P``,
     ``P = I - mu_hat mu_hat^T``. ``(0, 0, 0)`` when the weights sum to zero."""
+    if not isinstance(X, SparseRows):
+        raise TypeError(f"X must be SparseRows; got {type(X).__name__}")
     n, d = X.shape
+    if w is not None and (not isinstance(w, Tensor) or w.shape != (n,)
+                          or not bool(torch.isfinite(w).all()) or bool((w < 0).any())):
+        raise ValueError(f"w must be a finite non-negative tensor of shape ({n},); got "
+                         f"{w if not isinstance(w, Tensor) else tuple(w.shape)}")
     ww = torch.ones(n, dtype=torch.float64, device=X.device) if w is None else w.double()
     tot = float(ww.sum())
     if not tot > 0:
