@@ -62,6 +62,8 @@ class KMeansLayer(nn.Module):
 
     ``forward(X)`` takes ``X`` (n, d) (or any (..., d)) and returns ``R`` (..., k), rows on the
     simplex, differentiable in ``X`` and ``C``. float16/bfloat16 inputs are computed in float32.
+    A 2-D torch sparse tensor (COO or CSR) ``X`` (n, d) is read through one sparse-dense product
+    ``X C^T`` (``||x||^2`` from its stored entries), never densified; the gradient reaches ``C``.
     """
 
     centroids: Tensor
