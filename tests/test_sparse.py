@@ -450,3 +450,17 @@ def test_public_functions_refuse_bad_input_by_name() -> None:
             sparse_spread(X, w)  # type: ignore[arg-type]
     assert not is_sparse(torch.ones(2))
     assert is_sparse(X)
+
+
+@pytest.mark.parametrize("shape", [(50, 10), (300, 500)])
+def test_constant_sparse_data_fits_as_dense(shape: tuple[int, int]) -> None:
+    """No spread at all (every entry zero, some stored): every centroid at the origin, J = 0,
+    as for the dense zeros (no eigenproblem on a zero operator)."""
+    n, d = shape
+    A = sp.csr_array((np.zeros(5), (np.arange(5), np.zeros(5, int))), shape=shape)
+    assert sparse_spread(rows_of(A))[:2] == (0.0, 0.0)
+    with pytest.warns(Warning, match="Number of distinct clusters"):
+        a = RBFKMeans(3, random_state=0).fit(A)
+    assert a.inertia_ == 0.0
+    np.testing.assert_array_equal(a.cluster_centers_, np.zeros((3, d)))
+    np.testing.assert_array_equal(a.predict(A), np.zeros(n, dtype=np.int64))

@@ -491,7 +491,7 @@ def sparse_spread(X: SparseRows, w: Tensor | None = None, *, sample: int | None 
     else:
         Xs, ws = Xd, ww
     tot_s = float(ws.sum())
-    if not tot_s > 0 or min(Xs.shape) < 1:
+    if not tot_s > 0 or min(Xs.shape) < 1 or trace == 0.0:  # no spread: nothing to find
         return trace / d, 0.0, mu.cpu()
     A = Xs.scipy()
     mu_s = A.T @ ws.cpu().numpy() / tot_s
@@ -508,7 +508,7 @@ def sparse_spread(X: SparseRows, w: Tensor | None = None, *, sample: int | None 
         out = A.T @ (u * (A @ v)) - mu_s * (mu_s @ v)
         return out if u_hat is None else out - u_hat * (u_hat @ out)
 
-    from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
+    from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, LinearOperator, eigsh
 
     op = LinearOperator((d, d), matvec=apply, dtype=np.float64)
     if d <= 2:
@@ -521,4 +521,6 @@ def sparse_spread(X: SparseRows, w: Tensor | None = None, *, sample: int | None 
                               return_eigenvectors=False)[0])
         except ArpackNoConvergence as exc:  # the best Ritz value found
             lam = float(np.max(exc.eigenvalues)) if len(exc.eigenvalues) else trace
+        except ArpackError:  # a sample without spread (the starting vector vanishes)
+            lam = 0.0
     return trace / d, max(lam, 0.0) if math.isfinite(lam) else trace, mu.cpu()
