@@ -43,6 +43,7 @@ bench: venv
 	$(BIN)/python benchmarks/bench_scale.py
 	$(BIN)/python benchmarks/bench_large.py
 	$(BIN)/python benchmarks/bench_deep.py
+	$(BIN)/python benchmarks/bench_sparse.py
 
 clean:
 	rm -rf $(VENV) build dist site *.egg-info
