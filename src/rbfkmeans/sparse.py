@@ -259,22 +259,11 @@ class SparseRows:
     def square(self) -> SparseRows:
         return self._with(self.val.square())
 
-    def abs(self) -> SparseRows:
-        return self._with(self.val.abs())
-
-    def __neg__(self) -> SparseRows:
-        return self._with(-self.val)
-
     def __sub__(self, other: Any) -> Tensor:
         return self.to_dense() - other  # x - c: a dense row (module docstring)
 
     def __rsub__(self, other: Any) -> Tensor:
         return other - self.to_dense()
-
-    def __add__(self, other: Any) -> Tensor:
-        return self.to_dense() + other
-
-    __radd__ = __add__
 
     def sum(self, dim: int | None = None, dtype: torch.dtype | None = None,
             keepdim: bool = False) -> Tensor:
