@@ -10,10 +10,14 @@ Workloads (float32, 2 threads), all methods timed in one run, inertia recomputed
 
 Methods: scikit-learn ``KMeans`` (``n_init`` 1 and 3; k-means++, Lloyd), faiss ``Kmeans`` (its
 defaults: 25 iterations on at most 256 rows per centroid, ``nredo`` 1; and ``niter`` 50 and
-100, ``nredo`` 3 and 5), breathing k-means (``BKMeans``, where it finishes within
+100, ``nredo`` 3 and 5; ``faiss`` times ``train`` alone, ``faiss, then labels`` adds the
+search that labels every row, which a scikit-learn-style ``fit`` also returns), breathing
+k-means (``BKMeans``, where it finishes within
 ``--bkmeans-limit`` seconds on the first workload it is tried on), and ``RBFKMeans`` at its
-default and at ``fit_rows=256 k`` (the documented faster setting: the centroids are fitted on a
-random 256 k rows, then every row is labelled once). ``--cosine`` adds the same on L2-normalised
+default and at the documented faster setting ``RBFKMeans(faster)``: ``assignment="hard",
+fit_rows=256 k, max_iter=25``, faiss's recipe (25 Lloyd iterations on a random 256 rows per
+centroid, then every row labelled once) from a greedy k-means++ start drawn from 16 of those rows
+per centroid. ``--cosine`` adds the same on L2-normalised
 rows (peers fitted on the normalised rows, every method scored by the spherical objective
 ``sum_i (1 - max_j cos)``). Every method first runs once, untimed, on a slice of the
 workload (:func:`warm`: numba's kernels compiled or loaded, thread pools started).
@@ -24,7 +28,11 @@ shapes (torch, 2 threads), the fastest of ``--repeat`` each.
 
 Run by hand: ``python benchmarks/bench_embeddings.py [--only NAME ...] [--quick]``; writes
 ``benchmarks/results/embeddings.json`` (``--out``) after every workload, merged into the
-workloads already there (``--cosine-only`` adds the cosine rows to them). ``--table`` prints
+workloads already there (``--cosine-only`` adds the cosine rows to them; ``--memory METHOD ...``
+measures the peak resident memory growth of those fits, each in a fresh process, after the rows
+exist; ``--methods`` reruns
+only the methods named, timed together in one run, and replaces their rows, noting the rerun
+under ``"reruns"``; ratios between rows of different runs then mix runs). ``--table`` prints
 the docs' tables from the file; ``--figure PATH`` draws the time-quality curves from it.
 """
 
@@ -155,6 +163,14 @@ def methods(k: int, seed: int, cosine: bool) -> dict[str, Callable[[np.ndarray],
 
         return fit
 
+    def fa_labels(X: np.ndarray) -> np.ndarray:  # faiss's defaults, then every row labelled
+        import faiss
+
+        km = faiss.Kmeans(X.shape[1], k, niter=25, nredo=1, seed=seed + 1, spherical=cosine)
+        km.train(X)
+        km.index.search(X, 1)  # the labels a fit returns (inertia from them)
+        return km.centroids
+
     def ours(**kw: Any) -> Callable[[np.ndarray], np.ndarray]:
         return lambda X: RBFKMeans(k, metric=metric, random_state=seed, **kw).fit(X) \
             .cluster_centers_
@@ -163,8 +179,15 @@ def methods(k: int, seed: int, cosine: bool) -> dict[str, Callable[[np.ndarray],
         "KMeans(n_init=1)": sk(1), "KMeans(n_init=3)": sk(3),
         "faiss": fa(25, 1), "faiss(niter=50)": fa(50, 1), "faiss(niter=100)": fa(100, 1),
         "faiss(nredo=3)": fa(25, 3), "faiss(nredo=5)": fa(25, 5),
-        "RBFKMeans": ours(), f"RBFKMeans(fit_rows={256 * k})": ours(fit_rows=256 * k),
+        "faiss, then labels": fa_labels,
+        "RBFKMeans": ours(), "RBFKMeans(faster)": ours(**faster_setting(k)),
     }
+
+
+def faster_setting(k: int) -> dict[str, Any]:
+    """The documented faster setting: faiss's recipe (25 Lloyd iterations on a random 256 rows
+    per centroid, every row labelled once) from a greedy k-means++ start."""
+    return {"assignment": "hard", "fit_rows": 256 * k, "max_iter": 25}
 
 
 def pass_times(X: np.ndarray, k: int, repeat: int) -> dict[str, float]:
@@ -187,7 +210,8 @@ def pass_times(X: np.ndarray, k: int, repeat: int) -> dict[str, float]:
 
 
 def run(names: list[str], quick: bool, repeat: int, cosine: bool, seed: int,
-        bkmeans_limit: float, geometries: tuple[str, ...] | None = None) -> dict[str, Any]:
+        bkmeans_limit: float, geometries: tuple[str, ...] | None = None,
+        only_methods: list[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {"threads": THREADS, "seed": seed, "quick": quick,
                                "machine": platform.processor() or platform.machine(),
                                "torch": torch.__version__, "workloads": {}}
@@ -197,7 +221,7 @@ def run(names: list[str], quick: bool, repeat: int, cosine: bool, seed: int,
         print(f"{name}: {X.shape[0]} x {X.shape[1]}, k = {k}", flush=True)
         if geometries is None:
             geometries = ("euclidean", "cosine") if cosine else ("euclidean",)
-        if "euclidean" in geometries:
+        if "euclidean" in geometries and only_methods is None:
             entry["passes"] = pass_times(X, k, repeat)
             print("  passes / product:", {m: round(t / entry["passes"]["product"], 2)
                                           for m, t in entry["passes"].items()}, flush=True)
@@ -207,9 +231,11 @@ def run(names: list[str], quick: bool, repeat: int, cosine: bool, seed: int,
             fits = methods(k, seed, geometry == "cosine")
             if geometry == "euclidean" and name == "mnist-k10":  # BKMeans takes minutes there
                 fits["BKMeans"] = _bkmeans(k, seed)  # and hours at k = 256 and more
+            if only_methods is not None:
+                fits = {m: f for m, f in fits.items() if m in only_methods}
             warm(fits, Xg, k)
             for method, fit in fits.items():
-                if method == "KMeans(n_init=3)" and \
+                if method == "KMeans(n_init=3)" and "KMeans(n_init=1)" in rows and \
                         rows["KMeans(n_init=1)"]["seconds"] > SKLEARN_N_INIT3_LIMIT:
                     print(f"  {geometry} {method}: skipped (n_init=1 took over "
                           f"{SKLEARN_N_INIT3_LIMIT:.0f} s)", flush=True)
@@ -224,6 +250,64 @@ def run(names: list[str], quick: bool, repeat: int, cosine: bool, seed: int,
             entry[geometry] = rows
         results["workloads"][name] = entry
     return results
+
+
+def _rss_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def memory_child(name: str, method: str, seed: int) -> dict[str, float]:
+    """Peak resident memory growth (MB) of one fit of ``method`` on workload ``name``, in this
+    process, from after the rows exist (kernels loaded first): what the fit itself adds."""
+    torch.set_num_threads(THREADS)
+    from rbfkmeans import kernels
+
+    kernels.warm_up()
+    X, k = workload(name, False)
+    fit = methods(k, seed, False)[method]
+    Path("/proc/self/clear_refs").write_text("5")  # reset the peak-RSS mark
+    base = _rss_kb("VmRSS")
+    t0 = time.perf_counter()
+    with threadpool_limits(THREADS):
+        fit(X)
+    return {"seconds": time.perf_counter() - t0,
+            "peak_growth_mb": (_rss_kb("VmHWM") - base) / 1024.0,
+            "data_mb": X.nbytes / 2**20}
+
+
+def memory(name: str, names: list[str], seed: int) -> dict[str, Any]:
+    """:func:`memory_child` of each method in a fresh process (Linux only)."""
+    import subprocess
+    import sys
+
+    out = {}
+    for method in names:
+        proc = subprocess.run([sys.executable, __file__, "--memory-child", name, method,
+                               "--seed", str(seed)], capture_output=True, text=True, check=True)
+        out[method] = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(f"  memory {method}: {out[method]}", flush=True)
+    return out
+
+
+def _merge_methods(old: dict[str, Any], new: dict[str, Any], name: str,
+                   names: list[str]) -> dict[str, Any]:
+    """``old`` with the rows of workload ``name`` that ``new`` reran replacing theirs, the rows
+    of methods no longer in :func:`methods` dropped, and the rerun noted under ``"reruns"``."""
+    entry = old["workloads"][name]
+    k = entry["k"]
+    for geometry, rows in new["workloads"][name].items():
+        if not isinstance(rows, dict) or geometry not in ("euclidean", "cosine"):
+            continue
+        known = set(methods(k, old["seed"], geometry == "cosine")) | {"BKMeans"}
+        kept = {m: r for m, r in entry.get(geometry, {}).items() if m in known}
+        entry[geometry] = {**kept, **rows}
+    old.setdefault("reruns", []).append(
+        {"workload": name, "methods": sorted(names), "machine": new["machine"],
+         "torch": new["torch"]})
+    return old
 
 
 def warm(fits: dict[str, Callable[[np.ndarray], np.ndarray]], X: np.ndarray, k: int) -> None:
@@ -261,7 +345,9 @@ def table(results: dict[str, Any]) -> str:
     lines = [TABLE_BEGIN, "",
              "| workload | method | time / KMeans(n_init=1) | J / KMeans(n_init=1) | seconds |",
              "|---|---|---|---|---|"]
+    reruns = results.get("reruns", [])
     for name, entry in results["workloads"].items():
+        rerun = {m for r in reruns if r["workload"] == name for m in r["methods"]}
         for geometry in ("euclidean", "cosine"):
             rows = entry.get(geometry)
             if not rows:
@@ -270,9 +356,15 @@ def table(results: dict[str, Any]) -> str:
             label = f"{name} ({entry['n']:,} x {entry['d']}, k={entry['k']})" + \
                 (", cosine" if geometry == "cosine" else "")
             for method, row in rows.items():
-                lines.append(f"| {label} | {method} | {row['seconds'] / ref['seconds']:.2f}x | "
+                earlier = " (earlier run)" if reruns and method not in rerun else ""
+                lines.append(f"| {label} | {method}{earlier} | "
+                             f"{row['seconds'] / ref['seconds']:.2f}x | "
                              f"{row['inertia'] / ref['inertia']:.4f} | {row['seconds']:.2f} |")
                 label = ""
+    if reruns:
+        lines += ["", "Rows marked \"(earlier run)\" come from the file's first run; the others "
+                  "were rerun together (`--methods`). The pass timings below are from the first "
+                  "run."]
     lines += ["", "| workload | hard pass | softmax pass | entmax-1.5 pass | product (s) |",
               "|---|---|---|---|---|"]
     for name, entry in results["workloads"].items():
@@ -301,7 +393,7 @@ def figure(results: dict[str, Any], path: Path) -> None:
         ref = rows["KMeans(n_init=1)"]["inertia"]
         for family, colour in families.items():
             pts = sorted((r["seconds"], r["inertia"] / ref, m) for m, r in rows.items()
-                         if m.startswith(family))
+                         if m.startswith(family) and "labels" not in m)
             if not pts:
                 continue
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=colour, label=family,
@@ -331,6 +423,12 @@ def main() -> None:
     p.add_argument("--cosine", action="store_true", help="also on L2-normalised rows")
     p.add_argument("--cosine-only", action="store_true",
                    help="only the cosine rows, added to the workloads already in --out")
+    p.add_argument("--methods", nargs="*", default=None,
+                   help="rerun only these methods and replace their rows in --out")
+    p.add_argument("--memory", nargs="*", default=None, metavar="METHOD",
+                   help="only the peak memory growth of these methods' fits, each in a fresh "
+                   "process, on the --only workloads (stored under 'memory')")
+    p.add_argument("--memory-child", nargs=2, default=None, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bkmeans-limit", type=float, default=600.0)
     p.add_argument("--out", type=Path, default=RESULTS)
@@ -344,6 +442,16 @@ def main() -> None:
         if args.figure:
             figure(results, args.figure)
         return
+    if args.memory_child:
+        print(json.dumps(memory_child(*args.memory_child, args.seed)))
+        return
+    if args.memory is not None:
+        results = json.loads(args.out.read_text())
+        for name in args.only:
+            print(f"{name}: peak memory growth", flush=True)
+            results["workloads"][name]["memory"] = memory(name, args.memory, args.seed)
+            args.out.write_text(json.dumps(results, indent=2) + "\n")
+        return
     torch.set_num_threads(THREADS)
     try:
         import faiss
@@ -355,11 +463,14 @@ def main() -> None:
     for name in args.only:  # the file is written after every workload (a long run in parts)
         with threadpool_limits(THREADS):
             results = run([name], args.quick, args.repeat, args.cosine, args.seed,
-                          args.bkmeans_limit, ("cosine",) if args.cosine_only else None)
+                          args.bkmeans_limit, ("cosine",) if args.cosine_only else None,
+                          args.methods)
         if args.out.exists():  # merge into the workloads already there
             old = json.loads(args.out.read_text())
             if old.get("quick") == args.quick:
-                if args.cosine_only:
+                if args.methods is not None:
+                    results = _merge_methods(old, results, name, args.methods)
+                elif args.cosine_only:
                     old["workloads"][name]["cosine"] = results["workloads"][name]["cosine"]
                     results = old
                 else:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from rbfkmeans import kernels
 from rbfkmeans.bounds import BoundedAssignment
-from rbfkmeans.lloyd import BOUNDS_MIN_ENTRIES, _lloyd_update, lloyd
+from rbfkmeans.lloyd import BOUNDS_MIN_ENTRIES, BOUNDS_OVER_KERNEL, _lloyd_update, lloyd
 from rbfkmeans.passes import Data, cluster_stats, nearest
 
 
@@ -141,6 +141,37 @@ def test_default_uses_bounds_on_large_problems_only(monkeypatch: pytest.MonkeyPa
     lloyd(big, big.X[:k].clone(), max_iter=2)
     assert calls == ([] if kernels.usable(big.X, k) else [k, k])
     assert kernels.usable(big.X, k) == kernels.enabled()
+
+
+def test_wide_data_with_many_centroids_per_feature_takes_the_bounded_passes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On wide data (more than ``kernels.MAX_DIM`` features) with ``k >= BOUNDS_OVER_KERNEL d``
+    the default Lloyd run takes the bounded torch passes even where the compiled run could
+    take it, and ends where the compiled run ends (same labels, same ``J`` up to rounding);
+    with fewer centroids per feature the compiled run keeps it."""
+    calls: list[int] = []
+    original = BoundedAssignment.__call__
+
+    def spy(self: BoundedAssignment, C: torch.Tensor):  # type: ignore[no-untyped-def]
+        calls.append(C.shape[0])
+        return original(self, C)
+
+    monkeypatch.setattr(BoundedAssignment, "__call__", spy)
+    d = kernels.MAX_DIM + 1
+    k = BOUNDS_OVER_KERNEL * d
+    X = _blobs(3, 2 * BOUNDS_MIN_ENTRIES // k + 1, d, 40, torch.float32)
+    data = Data(X)
+    C0 = X[:k].clone()
+    res = lloyd(data, C0, max_iter=6, tol=0.0)
+    assert calls == [k] * res.n_iter
+    assert res.n_iter >= 2
+    ref = lloyd(data, C0, max_iter=6, tol=0.0, bounds=False)
+    assert torch.equal(res.labels, ref.labels)
+    assert res.inertia == pytest.approx(ref.inertia, rel=1e-5)
+    calls.clear()
+    few = k // 2  # below the rule: the compiled run where kernels are enabled
+    lloyd(data, X[:few].clone(), max_iter=3, tol=0.0)
+    assert (calls == []) == kernels.usable(X, few, scores=True)
 
 
 def test_rejects_cosine_data() -> None:

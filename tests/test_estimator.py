@@ -782,6 +782,44 @@ def test_fit_rows_fits_on_a_sample_and_labels_every_row() -> None:
     assert RBFKMeans(6, fit_rows=10_000, random_state=0).fit(X).inertia_ == full.inertia_
 
 
+def test_fit_rows_draws_k_means_plus_plus_starts_from_a_smaller_sample(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``fit_rows``, a k-means++ start is drawn from ``SEED_ROWS_PER_CLUSTER k`` rows of
+    the sample (every start a row of ``X``), a mean start from the sample itself; repeated rows
+    are not folded before the sample is drawn (the sample is of the rows as they are); the
+    result is still a Lloyd fixed point of the sample with every row labelled."""
+    seen: list[tuple[int, Any]] = []
+    original = runs_mod.initial_centers
+
+    def spy(data: Any, k: int, init: Any, **kw: Any) -> torch.Tensor:
+        seen.append((data.n, init))
+        return original(data, k, init, **kw)
+
+    monkeypatch.setattr(runs_mod, "initial_centers", spy)
+    folds: list[int] = []
+    import rbfkmeans.estimator as est_mod
+    fold = est_mod.fold_repeats
+    monkeypatch.setattr(est_mod, "fold_repeats",
+                        lambda X, *a, **kw: folds.append(X.shape[0]) or fold(X, *a, **kw))
+    X, _ = make_blobs(n_samples=4000, centers=5, cluster_std=1.0, random_state=1)
+    X = np.concatenate([X, X[:1000]])  # repeated rows
+    k = 5
+    est = RBFKMeans(k, assignment="hard", fit_rows=2000, max_iter=25, random_state=0).fit(X)
+    assert seen == [(runs_mod.SEED_ROWS_PER_CLUSTER * k, "k-means++")]
+    assert not folds
+    d2 = ((X[:, None, :] - est.cluster_centers_[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(est.labels_, d2.argmin(1))
+    assert est.inertia_ == pytest.approx(d2.min(1).sum(), rel=1e-10)
+    seen.clear()
+    RBFKMeans(k, fit_rows=2000, random_state=0).fit(X)  # annealed: from the sample's mean
+    assert seen[0] == (2000, "mean")
+    assert not folds
+    seen.clear()
+    RBFKMeans(k, assignment="hard", fit_rows=10_000, random_state=0).fit(X)  # no sample
+    assert seen == [(runs_mod.SEED_ROWS_PER_CLUSTER * k, "k-means++")]
+    assert folds
+
+
 def _spy_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
     """Record each run of a fit: its schedule and its result."""
     runs: list[tuple[str, dict[str, Any]]] = []

@@ -12,6 +12,7 @@ import math
 import os
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -414,7 +415,7 @@ def test_bounded_lloyd_passes_equal_full_passes_bit_for_bit(
     nb = kernels._blocks(n)
     none_i, none_f = np.empty(0, np.int64), np.empty(0)
     got = _lloyd_loops.lloyd(X, C0, w, 100, 0.0, nb, False, np.inf, 0.0, none_i, none_f,
-                             none_f, none_i, none_i, 2.0**-53)[:5]
+                             none_f, none_i, none_i, 2.0**-53, False)[:5]
     want = _lloyd_on_full_passes(X, C0, w, 100, nb)
     assert got[3:] == want[3:]
     np.testing.assert_array_equal(got[0], want[0])
@@ -436,7 +437,7 @@ def _wide_lloyd(X: np.ndarray, C0: np.ndarray, w: np.ndarray, grouped: bool,
     with kernels._launch(blas=True):
         return _lloyd_loops.lloyd(X, C0, w, max_iter, 0.0, kernels._blocks(n), True, np.inf,
                                   0.0, none_i, none_f, none_f, none_i, group_of,
-                                  float(np.finfo(X.dtype).eps) / 2)[:5]
+                                  float(np.finfo(X.dtype).eps) / 2, False)[:5]
 
 
 @settings(max_examples=25, deadline=None)
@@ -756,3 +757,48 @@ def test_wide_swap_costs_equal_the_torch_passes(weighted: bool,
     plain = swap_costs(data, C, labels, generator=torch.Generator().manual_seed(1))
     for a, b in zip(fused, plain, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize(("d", "k", "weighted"), [(3, 5, False), (3, 7, True), (40, 12, True),
+                                                  (40, 30, False)])
+def test_spherical_lloyd_run_equals_the_torch_iterations(monkeypatch: pytest.MonkeyPatch,
+                                                         d: int, k: int, weighted: bool) -> None:
+    """Spherical k-means in compiled code (cosine data, no target): the run of the torch passes
+    (same iterations, labels and centroids up to rounding), ending at a fixed point of the
+    spherical update ``c_j = m_j / ||m_j||`` (float64 reference) with ``J = sum_i w_i (1 -
+    cos)``; a target keeps cosine runs on the torch passes, and ``lloyd_run`` refuses one."""
+    X, w = _points(d, 4000, d, dtype=torch.float32, weighted=weighted)
+    data = Data(X, w, metric="cosine")
+    C0 = data.X[:k].clone()
+    calls: list[bool] = []
+    original = kernels.lloyd_run
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        calls.append(bool(kw.get("spherical")))
+        return original(*args, **kw)
+
+    monkeypatch.setattr(kernels, "lloyd_run", spy)
+    fast = lloyd(data, C0, max_iter=200, tol=0.0)
+    assert calls == [True]
+    monkeypatch.setenv("RBFKMEANS_KERNELS", "0")
+    plain = lloyd(data, C0, max_iter=200, tol=0.0, bounds=False)
+    assert fast.converged
+    assert plain.converged
+    assert fast.n_iter == plain.n_iter
+    assert torch.equal(fast.labels, plain.labels)
+    torch.testing.assert_close(fast.C, plain.C, rtol=0, atol=1e-6)
+    assert fast.inertia == pytest.approx(plain.inertia, rel=1e-6)
+    U = data.X.double().numpy()
+    wn = np.ones(len(U)) if w is None else w.double().numpy()
+    lab = fast.labels.numpy()
+    for j in range(k):
+        m = (wn[lab == j, None] * U[lab == j]).sum(0)
+        np.testing.assert_allclose(fast.C[j].double().numpy(), m / np.linalg.norm(m), atol=1e-5)
+    cos = (U * fast.C.double().numpy()[lab]).sum(1)
+    assert fast.inertia == pytest.approx(float(wn @ (1 - cos)), rel=1e-6)  # float32 dots
+    monkeypatch.setenv("RBFKMEANS_KERNELS", "1")
+    calls.clear()
+    lloyd(data, C0, max_iter=5, tol=0.0, target=0.0)
+    assert calls == []
+    with pytest.raises(ValueError, match="spherical Lloyd run takes no target"):
+        original(data.X, C0, None, 5, 0.0, target=1.0, spherical=True)

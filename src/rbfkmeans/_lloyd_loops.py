@@ -163,7 +163,7 @@ def _moments(X, w, xs):
 
 @njit(cache=True, nogil=True)
 def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_upper, warm_lower,
-          moved, group_of, unit):
+          moved, group_of, unit, spherical):
     """Lloyd iterations on bounded passes (:func:`bounded`; ``wide``: full passes of
     :func:`hard_wide`) with the stopping rules of :func:`rbfkmeans.lloyd.lloyd` (status 1), its
     give-up rule for a finite ``target`` (status 3: ``J_t - target > stall (J_{t-1} - J_t)``
@@ -183,7 +183,12 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
     Wide data with ``group_of`` (k,; the group of each centroid, empty: full passes) runs on
     :func:`rbfkmeans._wide_loops.bounded_wide` (``unit``: the dtype's unit roundoff): the same
     labels as full passes, the sums kept by the rows that move (equal to a full pass's to
-    rounding; recomputed in full when a cluster may have emptied)."""
+    rounding; recomputed in full when a cluster may have emptied).
+
+    ``spherical``: spherical k-means on unit rows (the caller's ``target`` is infinite): the
+    nearest unit centroid in distance is the most similar in cosine, and the update is the
+    normalised sum ``c_j = S_j / ||S_j||``; a cluster whose sum is zero stops the run as an
+    empty one does. ``J`` is then the squared distance ``sum_i w_i (2 - 2 cos)``."""
     n = X.shape[0]
     k, d = C0.shape
     C = C0.copy()
@@ -235,15 +240,22 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
         else:
             N, S, _ = bounded(X, C, w, prev, lab, upper, lower, xs, delta, it == 1 and not warm,
                               False, moved if it == 1 and warm else none, nb)
+        scale = N.copy()  # the update divides the sums by it: N_j, or ||S_j|| on the sphere
+        if spherical:
+            for j in range(k):
+                sq = 0.0
+                for t in range(d):
+                    sq += S[j, t] * S[j, t]
+                scale[j] = math.sqrt(sq) if N[j] != 0.0 else 0.0
         for j in range(k):
-            if N[j] == 0.0:  # an empty cluster: its relocation is left to the caller
+            if scale[j] == 0.0:  # an empty cluster: its relocation is left to the caller
                 return C, prev, np.nan, it - 1, 2, np.empty(0), np.empty(0)
         C_new = np.empty_like(C)
         shift = 0.0
         for j in range(k):
             move = 0.0
             for t in range(d):
-                C_new[j, t] = S[j, t] / N[j]
+                C_new[j, t] = S[j, t] / scale[j]
                 step = np.float64(C_new[j, t]) - np.float64(C[j, t])
                 shift += step * step  # summed in this order, as the Python loop does
                 move += step * step

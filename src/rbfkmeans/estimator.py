@@ -68,6 +68,7 @@ from .schedules import (
     sphere_eigmax,
     sphere_spread,
 )
+from .seeding import weighted_mean
 from .sparse import SparseRows, is_sparse, sparse_spread
 
 __all__ = ["RBFKMeans"]
@@ -151,12 +152,15 @@ class RBFKMeans(
         swap search run on a random ``max(65536, 256 k)`` of them, then a last polish on all
         rows until their labels settle (``None``: all rows throughout).
     fit_rows : int or None, default None
-        The faster setting for large data: fit the centroids (annealing, polish, swap search)
-        on a random sample of at most this many rows, then label every row with one pass
-        (``inertia_`` is then ``J`` of all the rows at those centroids, which are a Lloyd fixed
-        point of the sample, not of the data), as faiss and mini-batch k-means trade quality
-        for time. ``256 k`` is faiss's default sample; ``None``: every row, and the result is
-        a Lloyd fixed point of the data.
+        Fit the centroids (annealing, polish, swap search) on a random sample of at most this
+        many rows, then label every row with one pass (``inertia_`` is then ``J`` of all the
+        rows at those centroids, which are a fixed point of the sample, not of the data), as
+        faiss and mini-batch k-means trade quality for time. A k-means++ start is then drawn
+        from ``16 k`` of the sample's rows, and repeated rows are not folded first. ``256 k``
+        is faiss's default sample; ``None``: every row, and the result is a Lloyd fixed point
+        of the data. The documented faster setting for embeddings is faiss's recipe from
+        k-means++ starts, ``RBFKMeans(k, assignment="hard", fit_rows=256 * k, max_iter=25)``
+        (docs/estimator.md, "Clustering embeddings").
     T_start : float, optional
         First temperature; default ``1.2 T_c`` (geometric) or ``0.8 T_c`` (splits), with ``T_c``
         the first critical temperature (``lambda_max(Cov X)`` for softmax,
@@ -394,8 +398,10 @@ class RBFKMeans(
                              f"{type(X).__name__} shard")
         precompile.decide(n_total * self.n_clusters, comm)  # the kernels or the torch passes
         Xt = self._to_torch(X)
-        # repeated rows fit as one weighted row (one process; a memmap is left as it is)
-        folded = None if comm.active or out_of_core or sparse else fold_repeats(
+        # repeated rows fit as one weighted row (one process; a memmap is left as it is; with
+        # fit_rows the fit draws its sample from the rows as they are)
+        sampled = self.fit_rows is not None and n_total > self.fit_rows
+        folded = None if comm.active or out_of_core or sparse or sampled else fold_repeats(
             Xt, w, chunk_size=self.chunk_size)
         wf: Tensor | None
         if folded is not None and folded.rows.numel() >= self.n_clusters:
@@ -408,7 +414,9 @@ class RBFKMeans(
                                                        comm=comm)
         data = self._data(frame.enter(Xf, inplace=own), wf, comm)
         rng = check_random_state(self.random_state)
-        if sparse:  # from the stored entries, matrix-free (rbfkmeans.sparse)
+        if self._hard and not sparse:  # T_c = 0 and no annealing: the mean variance alone
+            mean_var, lam = self._mean_variance(data, frame, spherical, comm), 0.0
+        elif sparse:  # from the stored entries, matrix-free (rbfkmeans.sparse)
             mean_var, lam, mu = sparse_spread(data.X, data.w, sample=SPREAD_SAMPLE,
                                               tangent=spherical)
             if spherical:  # the tangent spread at the mean direction
@@ -453,6 +461,16 @@ class RBFKMeans(
         comm.sum_(counts)
         self._online_counts: np.ndarray | None = to_numpy(counts)
         return self
+
+    def _mean_variance(self, data: Data, frame: Frame, spherical: bool, comm: Comm) -> float:
+        """``trace(Sigma) / d`` of the fit's rows, the scale of ``tol``: ``1 - ||mu||^2`` over
+        ``d`` for unit rows (weighted mean ``mu``), the frame's trace where it has one."""
+        if spherical:
+            mu = weighted_mean(data).double()
+            return max(0.0, 1.0 - float(mu.square().sum())) / data.d
+        if frame.trace is not None and not comm.active:
+            return frame.sq_to(frame.trace) / data.d
+        return covariance_spread(data.X, data.w, chunk_size=self.chunk_size, comm=comm)[0]
 
     @staticmethod
     def _leave_frame(best: dict[str, Any], frame: Frame, data: Data,

@@ -324,7 +324,8 @@ def group_fixed_point(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: T
 
 def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int, tol: float,
               target: float = math.inf, stall: float = 0.0,
-              warm: tuple[Tensor, Tensor, Tensor, Tensor] | None = None) -> LloydRun:
+              warm: tuple[Tensor, Tensor, Tensor, Tensor] | None = None,
+              spherical: bool = False) -> LloydRun:
     """Lloyd iterations from ``C`` (k, d) on the rows of ``X``, all in compiled code, with the
     stopping rules of :func:`rbfkmeans.lloyd.lloyd` (labels unchanged, or ``tol > 0`` and a
     squared shift of at most ``tol``, or ``max_iter`` iterations, or, with a finite ``target``,
@@ -334,7 +335,13 @@ def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int, tol: float,
     that one, None if none, and no ``J``). ``warm``: the labels (renumbered, -1 where their
     centroid moved or is gone), upper and lower bounds a finished run left, and the rows of
     ``C`` that differ from its centroids (int64): the first pass starts from them, with the
-    same result. Single process only; call only where :func:`usable` holds."""
+    same result. ``spherical``: spherical k-means on unit rows ``X`` and unit ``C`` (the
+    update ``S_j / ||S_j||``; no ``target``), its ``J`` the spherical objective ``sum_i w_i (1 -
+    cos)`` (half the squared distance the passes sum). Single process only; call only where
+    :func:`usable` holds."""
+    if spherical and math.isfinite(target):
+        raise ValueError("a spherical Lloyd run takes no target; got target="
+                         f"{target!r}")
     wide = int(X.shape[1]) > MAX_DIM
     none_i, none_f = np.empty(0, dtype=np.int64), np.empty(0)
     lab0, up0, lo0, moved = (none_i, none_f, none_f, none_i) if warm is None else (
@@ -347,8 +354,10 @@ def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int, tol: float,
             _array(X), _array(C.to(X.dtype)), _weights(w, X), int(max_iter), float(tol),
             _blocks(int(X.shape[0]), int(C.shape[0]) * int(X.shape[1])), wide, float(target),
             float(stall), lab0, up0, lo0, moved,
-            group_of, unit)
+            group_of, unit, bool(spherical))
     finished = status != 2
+    if spherical:
+        J = J / 2.0  # ||x - c||^2 = 2 - 2 cos on the sphere
     bounds = (torch.from_numpy(upper), torch.from_numpy(lower)) \
         if finished and upper.shape[0] else None
     return LloydRun(torch.from_numpy(C_out),

@@ -64,11 +64,16 @@ def _scale(X: Tensor, name: str = "X") -> Tensor:
     """``max_l |x_il|`` (..., 1), detached: dividing by it first keeps the norms of rows of tiny
     or huge entries from underflowing to 0 or overflowing to inf. Raises unless ``X`` is a real
     tensor with a non-empty last dimension (named ``name``)."""
+    _check_rows(X, name)
+    return X.detach().abs().amax(dim=-1, keepdim=True)
+
+
+def _check_rows(X: Tensor, name: str) -> None:
+    """Raise unless ``X`` is a real tensor with a non-empty last dimension (named ``name``)."""
     check_tensor(X, name)
     if X.dim() < 1 or X.shape[-1] == 0:
         raise ValueError(f"{name} must have rows of at least one entry (..., d); got shape "
                          f"{tuple(X.shape)}")
-    return X.detach().abs().amax(dim=-1, keepdim=True)
 
 
 def _zero_row_error(zero: Tensor, name: str) -> ValueError:
@@ -82,18 +87,33 @@ def _zero_row_error(zero: Tensor, name: str) -> ValueError:
 
 def check_nonzero_rows(X: Tensor, name: str = "X") -> None:
     """Raise ``ValueError`` naming the first row of ``X`` (..., d) whose entries are all zero."""
-    zero = (_scale(X, name) == 0).squeeze(-1)  # (...,)
-    if bool(zero.any()):
-        raise _zero_row_error(zero, name)
+    _check_rows(X, name)
+    Xd = X.detach()
+    zero = torch.linalg.vector_norm(Xd, dim=-1) == 0  # (...,): the zero rows, and any whose
+    if bool(zero.any()):  # squares all underflowed, told apart by their entries
+        zero[zero.clone()] = ~(Xd[zero] != 0).any(dim=-1)
+        if bool(zero.any()):
+            raise _zero_row_error(zero, name)
 
 
 def normalize_rows(X: Tensor, name: str = "X") -> Tensor:
     """``x / ||x||`` for every row of ``X`` (..., d): a new tensor, differentiable in ``X``.
 
-    Computed as ``y / ||y||`` with ``y = x / max_l |x_l|`` (the scale detached: the quotient does
-    not depend on it), so no row underflows or overflows. A zero row raises ``ValueError``
-    naming the first one (``name`` is the parameter's name in the message).
+    Computed as ``x / ||x||`` where every row's ``||x||^2`` is safely inside the dtype's range
+    (at most half its largest value, and at least ``d / eps`` times its smallest normal, so
+    that squares lost to underflow cannot matter); otherwise as ``y / ||y||`` with ``y = x /
+    max_l |x_l|`` (the scale detached: the quotient does not depend on it), so no row
+    underflows or overflows. A zero row raises ``ValueError`` naming the first one (``name``
+    is the parameter's name in the message).
     """
+    _check_rows(X, name)
+    if X.is_floating_point():
+        norm = torch.linalg.vector_norm(X, dim=-1, keepdim=True)  # (..., 1)
+        info = torch.finfo(X.dtype)
+        sq = norm.detach().double().square()
+        if X.numel() and bool(((sq <= info.max / 2)
+                               & (sq >= X.shape[-1] / info.eps * info.tiny)).all()):
+            return X / norm
     scale = _scale(X, name)  # (..., 1)
     zero = (scale == 0).squeeze(-1)
     if bool(zero.any()):

@@ -74,6 +74,11 @@ __all__ = ["ANNEAL_MIN_ROWS", "HARTIGAN_PASSES", "HARTIGAN_ROUNDS", "LAST_LOOK",
 #: than twice as many), then polishes on all rows.
 SEARCH_MIN_ROWS = 65536
 SEARCH_ROWS_PER_CLUSTER = 256
+#: With ``fit_rows``, a k-means++ start is drawn from a random ``SEED_ROWS_PER_CLUSTER * k`` of
+#: the sample's rows: each of its ``k`` steps reads every row it draws from (memory-bound: on
+#: MNIST with k = 256 the greedy seeding of 65,536 rows took 6.2 s of a 9.6 s fit), and a start
+#: from 16 rows per centroid ended 25 Lloyd iterations on the sample 0.05% above one from all.
+SEED_ROWS_PER_CLUSTER = 16
 #: The event-driven run's swap search takes a last look at ``k // 2`` swaps, within these
 #: bounds, before it stops (:func:`rbfkmeans.swaps.swap_search`); the geometric ladder's search
 #: stops without one.
@@ -271,10 +276,13 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
     temps = temps or Temperatures.of(est)
     gen = torch.Generator().manual_seed(seed)
     every = data  # all the rows; with fit_rows the centroids are fitted on a sample of them
+    start = est._init_name() if init is None else init
     if est.fit_rows is not None and sum(data.comm.counts(data.n)) > est.fit_rows:
         data = Subsample(every, gen).take(est.fit_rows)
-    C = initial_centers(data, est.n_clusters, est._init_name() if init is None else init,
-                        generator=gen, seed=seed)
+    seeding = data  # the rows a start is drawn from
+    if est.fit_rows is not None and isinstance(start, str) and start == "k-means++":
+        seeding = Subsample(data, gen).take(SEED_ROWS_PER_CLUSTER * est.n_clusters)
+    C = initial_centers(seeding, est.n_clusters, start, generator=gen, seed=seed)
     ladder: list[float] = []
     history: list[dict[str, Any]] = []
     n_soft_iter = 0

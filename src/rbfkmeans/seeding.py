@@ -100,9 +100,12 @@ def kmeans_plusplus(
     def pick(weights: Tensor, n_draw: int) -> Tensor:
         """Points drawn with probability proportional to ``weights`` (local (n,)), over ranks."""
         cum = weights.cumsum(0)  # (n,)
+        if not comm.active:  # one process: every draw located at once, as _draw would
+            at = torch.rand(n_draw, generator=generator, dtype=torch.float64) * float(cum[-1])
+            idx = torch.searchsorted(cum, at.to(cum.device)).clamp_(max=n - 1)
+            return dense(data.X[idx]).clone()
         local_total = float(cum[-1]) if n else 0.0
-        totals = comm.all_gather(torch.tensor([local_total], dtype=torch.float64)).tolist() \
-            if comm.active else [local_total]
+        totals = comm.all_gather(torch.tensor([local_total], dtype=torch.float64)).tolist()
         grand = math.fsum(totals)
         # the same draws on every rank, whatever its number of rows
         u = torch.rand(n_draw, generator=generator, dtype=torch.float64).tolist()

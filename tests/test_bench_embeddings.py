@@ -1,0 +1,58 @@
+"""The bookkeeping of ``benchmarks/bench_embeddings.py``: a ``--methods`` rerun replaces only
+the rows it ran, drops the rows of methods no longer benchmarked and notes itself; the table
+marks the rows of the earlier run. The faster setting it times is the one the docs give."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bench(load_benchmark: Callable[[str], ModuleType]) -> ModuleType:
+    return load_benchmark("bench_embeddings")
+
+
+def _results(rows: dict[str, float]) -> dict[str, Any]:
+    table = {m: {"seconds": t, "inertia": 100.0} for m, t in rows.items()}
+    return {"seed": 0, "quick": False, "machine": "m", "torch": "t", "workloads": {
+        "mnist-k10": {"n": 10, "d": 2, "k": 10, "euclidean": table,
+                      "passes": {"hard": 1.0, "softmax": 1.0, "entmax15": 1.0,
+                                 "product": 1.0}}}}
+
+
+def test_a_methods_rerun_replaces_its_rows_and_is_noted(bench: ModuleType) -> None:
+    old = _results({"KMeans(n_init=1)": 2.0, "faiss": 0.5, "RBFKMeans(fit_rows=2560)": 1.0,
+                    "RBFKMeans": 1.5})
+    new = _results({"faiss": 0.25, "RBFKMeans(faster)": 0.125})
+    del new["workloads"]["mnist-k10"]["passes"]
+    merged = bench._merge_methods(old, new, "mnist-k10", ["faiss", "RBFKMeans(faster)"])
+    rows = merged["workloads"]["mnist-k10"]["euclidean"]
+    assert rows["faiss"]["seconds"] == 0.25  # replaced
+    assert rows["RBFKMeans(faster)"]["seconds"] == 0.125  # added
+    assert rows["KMeans(n_init=1)"]["seconds"] == 2.0  # kept
+    assert rows["RBFKMeans"]["seconds"] == 1.5
+    assert "RBFKMeans(fit_rows=2560)" not in rows  # no longer a method of the benchmark
+    assert merged["workloads"]["mnist-k10"]["passes"]["product"] == 1.0
+    assert merged["reruns"] == [{"workload": "mnist-k10", "methods": ["RBFKMeans(faster)",
+                                                                     "faiss"],
+                                 "machine": "m", "torch": "t"}]
+    text = bench.table(merged)
+    assert "| KMeans(n_init=1) (earlier run) | 1.00x |" in text
+    assert "| faiss | 0.12x | 1.0000 | 0.25 |" in text  # (0.25 / 2.0), rerun: unmarked
+    assert "| RBFKMeans (earlier run) | 0.75x |" in text
+    one_run = _results({"KMeans(n_init=1)": 2.0, "faiss": 0.5})
+    assert "(earlier run)" not in bench.table(one_run)  # a file of one run marks nothing
+
+
+def test_the_faster_setting_is_the_documented_one(bench: ModuleType) -> None:
+    assert bench.faster_setting(256) == {"assignment": "hard", "fit_rows": 65536,
+                                         "max_iter": 25}
+    page = (ROOT / "docs" / "estimator.md").read_text()
+    assert 'RBFKMeans(k, assignment="hard", fit_rows=256 * k, max_iter=25)' in page
