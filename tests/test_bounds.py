@@ -113,7 +113,8 @@ def test_duplicate_points_and_k_equal_n() -> None:
         torch.testing.assert_close(fast.C, plain.C)
 
 
-def test_default_uses_bounds_on_large_problems_only(monkeypatch: pytest.MonkeyPatch) -> None:
+def _spy_bounded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record ``k`` of every bounded pass (:class:`BoundedAssignment` called) from now on."""
     calls: list[int] = []
     original = BoundedAssignment.__call__
 
@@ -122,6 +123,11 @@ def test_default_uses_bounds_on_large_problems_only(monkeypatch: pytest.MonkeyPa
         return original(self, C)
 
     monkeypatch.setattr(BoundedAssignment, "__call__", spy)
+    return calls
+
+
+def test_default_uses_bounds_on_large_problems_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _spy_bounded(monkeypatch)
     monkeypatch.setenv("RBFKMEANS_KERNELS", "0")  # the torch passes: bounds from n k >= 2^20
     small = Data(_blobs(0, 200, 2, 3))
     lloyd(small, small.X[:3].clone())
@@ -149,14 +155,7 @@ def test_wide_data_with_many_centroids_per_feature_takes_the_bounded_passes(
     the default Lloyd run takes the bounded torch passes even where the compiled run could
     take it, and ends where the compiled run ends (same labels, same ``J`` up to rounding);
     with fewer centroids per feature the compiled run keeps it."""
-    calls: list[int] = []
-    original = BoundedAssignment.__call__
-
-    def spy(self: BoundedAssignment, C: torch.Tensor):  # type: ignore[no-untyped-def]
-        calls.append(C.shape[0])
-        return original(self, C)
-
-    monkeypatch.setattr(BoundedAssignment, "__call__", spy)
+    calls = _spy_bounded(monkeypatch)
     d = kernels.MAX_DIM + 1
     k = BOUNDS_OVER_KERNEL * d
     X = _blobs(3, 2 * BOUNDS_MIN_ENTRIES // k + 1, d, 40, torch.float32)
