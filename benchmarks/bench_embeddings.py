@@ -30,7 +30,7 @@ Run by hand: ``python benchmarks/bench_embeddings.py [--only NAME ...] [--quick]
 ``benchmarks/results/embeddings.json`` (``--out``) after every workload, merged into the
 workloads already there (``--cosine-only`` adds the cosine rows to them; ``--memory METHOD ...``
 measures the peak resident memory growth of those fits, each in a fresh process, after the rows
-exist; ``--methods`` reruns
+exist; ``--passes-only`` reruns the pass timings; ``--methods`` reruns
 only the methods named, timed together in one run, and replaces their rows, noting the rerun
 under ``"reruns"``; ratios between rows of different runs then mix runs). ``--table`` prints
 the docs' tables from the file; ``--figure PATH`` draws the time-quality curves from it.
@@ -362,9 +362,11 @@ def table(results: dict[str, Any]) -> str:
                              f"{row['inertia'] / ref['inertia']:.4f} | {row['seconds']:.2f} |")
                 label = ""
     if reruns:
+        passes_rerun = {r["workload"] for r in reruns if "passes" in r["methods"]}
         lines += ["", "Rows marked \"(earlier run)\" come from the file's first run; the others "
-                  "were rerun together (`--methods`). The pass timings below are from the first "
-                  "run."]
+                  "were rerun together (`--methods`). The pass timings below are "
+                  + ("rerun (`--passes-only`)." if passes_rerun >= set(results["workloads"])
+                     else "from the first run.")]
     lines += ["", "| workload | hard pass | softmax pass | entmax-1.5 pass | product (s) |",
               "|---|---|---|---|---|"]
     for name, entry in results["workloads"].items():
@@ -429,6 +431,8 @@ def main() -> None:
                    help="only the peak memory growth of these methods' fits, each in a fresh "
                    "process, on the --only workloads (stored under 'memory')")
     p.add_argument("--memory-child", nargs=2, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--passes-only", action="store_true",
+                   help="only the pass timings of the --only workloads, replacing theirs")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bkmeans-limit", type=float, default=600.0)
     p.add_argument("--out", type=Path, default=RESULTS)
@@ -444,6 +448,25 @@ def main() -> None:
         return
     if args.memory_child:
         print(json.dumps(memory_child(*args.memory_child, args.seed)))
+        return
+    if args.passes_only:
+        torch.set_num_threads(THREADS)
+        from rbfkmeans import kernels
+
+        kernels.warm_up()  # compiled before the first timed pass
+        results = json.loads(args.out.read_text())
+        for name in args.only:
+            X, k = workload(name, args.quick)
+            with threadpool_limits(THREADS):
+                passes = pass_times(X, k, args.repeat)
+            results["workloads"][name]["passes"] = passes
+            results.setdefault("reruns", []).append(
+                {"workload": name, "methods": ["passes"],
+                 "machine": platform.processor() or platform.machine(),
+                 "torch": torch.__version__})
+            print(f"{name} passes / product:", {m: round(t / passes["product"], 2)
+                                                for m, t in passes.items()}, flush=True)
+            args.out.write_text(json.dumps(results, indent=2) + "\n")
         return
     if args.memory is not None:
         results = json.loads(args.out.read_text())

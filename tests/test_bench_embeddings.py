@@ -47,6 +47,10 @@ def test_a_methods_rerun_replaces_its_rows_and_is_noted(bench: ModuleType) -> No
     assert "| KMeans(n_init=1) (earlier run) | 1.00x |" in text
     assert "| faiss | 0.12x | 1.0000 | 0.25 |" in text  # (0.25 / 2.0), rerun: unmarked
     assert "| RBFKMeans (earlier run) | 0.75x |" in text
+    assert "The pass timings below are from the first run." in text
+    merged["reruns"].append({"workload": "mnist-k10", "methods": ["passes"], "machine": "m",
+                             "torch": "t"})
+    assert "The pass timings below are rerun (`--passes-only`)." in bench.table(merged)
     one_run = _results({"KMeans(n_init=1)": 2.0, "faiss": 0.5})
     assert "(earlier run)" not in bench.table(one_run)  # a file of one run marks nothing
 
