@@ -10,7 +10,10 @@ on ``--threads`` torch / BLAS threads:
   pretraining, start, joint) and per seed;
 * ClustPy 0.0.3's ``N2D``, ``DEC`` and ``IDEC`` (``deep_peers.py``) with the autoencoder of the
   DEC paper, d-500-500-2000-10, at the same budget as ours: 20 pretraining and 10 clustering
-  epochs, batch 256, Adam 1e-3.
+  epochs, batch 256, Adam 1e-3. As in their papers all three start from a pretrained
+  autoencoder; it is pretrained once per seed (ClustPy's own routine) and each peer trains a
+  copy of it, in one process. A peer's seconds are that pretraining plus its own stage; its
+  peak memory is the process's.
 
 Every method gets the same data (:func:`rbfkmeans.deep.load_dataset`: pixels / 255) and is
 scored by one scorer (:func:`rbfkmeans.deep.evaluate`: Hungarian ACC, NMI, ARI). The results
@@ -64,8 +67,10 @@ def _peak_rss_mb() -> float:
     return peak / (1 << 20) if platform.system() == "Darwin" else peak / 1024
 
 
-def _job(kind: str, name: str, seed: int, threads: int) -> dict[str, Any]:
-    """One run in a fresh process: ``kind`` is ``"ours"`` or a peer's name."""
+def _job(kind: str, name: str, seed: int, threads: int,
+         peers: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One run in a fresh process: ``kind`` is ``"ours"`` (the three rbfkmeans methods) or
+    ``"peers"`` (the ClustPy methods ``peers``, all from one pretrained autoencoder)."""
     import torch
     from threadpoolctl import threadpool_limits
 
@@ -82,13 +87,21 @@ def _job(kind: str, name: str, seed: int, threads: int) -> dict[str, Any]:
         return {"scores": out, "timings": res["timings"][0], "config": res["config"],
                 "seconds": time.perf_counter() - t0, "peak_rss_mb": _peak_rss_mb()}
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from deep_peers import run_peer
+    from deep_peers import pretrained_network, run_peer
 
     ds = load_dataset(name)
     t1 = time.perf_counter()
-    labels = run_peer(kind, ds.X, ds.n_clusters, seed, PEER_BUDGET, threads)
-    return {"scores": {kind: {"seed": seed, **evaluate(ds.y, labels)}},
-            "seconds": time.perf_counter() - t1, "peak_rss_mb": _peak_rss_mb()}
+    network = pretrained_network(ds.X, seed, PEER_BUDGET, threads)
+    pretrain_s = time.perf_counter() - t1
+    scores: dict[str, Any] = {}
+    seconds: dict[str, float] = {}
+    for peer in peers:
+        t2 = time.perf_counter()
+        labels = run_peer(peer, ds.X, ds.n_clusters, seed, PEER_BUDGET, threads, network)
+        seconds[peer] = pretrain_s + time.perf_counter() - t2
+        scores[peer] = {"seed": seed, **evaluate(ds.y, labels)}
+    return {"scores": scores, "seconds": seconds, "peer_pretrain_s": pretrain_s,
+            "peak_rss_mb": _peak_rss_mb()}
 
 
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -138,9 +151,17 @@ def _record(results: dict[str, Any], name: str, job: dict[str, Any]) -> None:
     for method, row in job["scores"].items():
         rows = entry["methods"].setdefault(method, {"per_seed": []})["per_seed"]
         rows[:] = [r for r in rows if r["seed"] != row["seed"]]
-        rows.append({**row, "seconds": job["seconds"], "peak_rss_mb": job["peak_rss_mb"]})
+        seconds = job["seconds"]
+        seconds = seconds[method] if isinstance(seconds, dict) else seconds
+        rows.append({**row, "seconds": seconds, "peak_rss_mb": job["peak_rss_mb"]})
         rows.sort(key=lambda r: r["seed"])
         entry["methods"][method].update(_summary(rows))
+    if "peer_pretrain_s" in job:
+        seed = next(iter(job["scores"].values()))["seed"]
+        shared = [r for r in entry.get("peer_pretraining", []) if r["seed"] != seed]
+        entry["peer_pretraining"] = sorted([*shared, {"seed": seed,
+                                                      "seconds": job["peer_pretrain_s"]}],
+                                           key=lambda r: r["seed"])
     if "timings" in job:
         stages = [s for s in entry["stages"] if s["seed"] != job["timings"]["seed"]]
         entry["stages"] = sorted([*stages, job["timings"]], key=lambda s: s["seed"])
@@ -207,14 +228,16 @@ def main() -> None:
                                 "machine": platform.machine()})
     ctx = multiprocessing.get_context("spawn")
     seeds = range(args.first_seed, args.first_seed + args.seeds)
+    peers = tuple(k for k in kinds if k in PEERS)
+    jobs = (["ours"] if "ours" in kinds else []) + (["peers"] if peers else [])
     for name in sets:
         for seed in seeds:
-            for kind in kinds:
+            for kind in jobs:
                 with ctx.Pool(1) as pool:
-                    job = pool.apply(_job, (kind, name, seed, args.threads))
+                    job = pool.apply(_job, (kind, name, seed, args.threads, peers))
                 _record(results, name, job)
                 shown = {m: round(v["acc"], 4) for m, v in job["scores"].items()}
-                print(f"{name} seed {seed} {kind}: ACC {shown} {job['seconds']:.0f} s "
+                print(f"{name} seed {seed} {kind}: ACC {shown} seconds {job['seconds']} "
                       f"{job['peak_rss_mb']:.0f} MB", flush=True)
                 all_seeds = sorted({r["seed"] for s in results["sets"].values()
                                     for m in s["methods"].values() for r in m["per_seed"]})

@@ -31,6 +31,7 @@ main peers for seeds 0, 1 and 2 and prints the NMI and wall time of every run.
 
 from __future__ import annotations
 
+import copy
 import importlib.machinery
 import sys
 import time
@@ -87,24 +88,34 @@ def _ensure_torchvision() -> None:
     sys.modules.update(modules)
 
 
+def _budget(budget: dict[str, Any] | None) -> dict[str, Any]:
+    return {"hidden": HIDDEN, "pretrain_epochs": PRETRAIN_EPOCHS,
+            "clustering_epochs": CLUSTERING_EPOCHS, "batch_size": BATCH_SIZE, **(budget or {})}
+
+
+def _network_spec(n_features: int, budget: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    from clustpy.deep.neural_networks import FeedforwardAutoencoder
+
+    return FeedforwardAutoencoder, {"layers": [n_features, *budget["hidden"], EMBEDDING_SIZE]}
+
+
 def _make_estimator(name: str, n_features: int, n_clusters: int, seed: int,
-                    budget: dict[str, Any] | None = None) -> Any:
+                    budget: dict[str, Any] | None = None, network: Any = None) -> Any:
     """Build the ClustPy estimator ``name`` with the shared network and training budget
     (``budget`` overrides ``hidden``, ``pretrain_epochs``, ``clustering_epochs``,
-    ``batch_size``)."""
-    b = {"hidden": HIDDEN, "pretrain_epochs": PRETRAIN_EPOCHS,
-         "clustering_epochs": CLUSTERING_EPOCHS, "batch_size": BATCH_SIZE, **(budget or {})}
+    ``batch_size``); ``network``, when given, is an already pretrained autoencoder (a copy is
+    trained further, the original is left as it is)."""
+    b = _budget(budget)
     _ensure_torchvision()
     from clustpy import deep
-    from clustpy.deep.neural_networks import FeedforwardAutoencoder
 
     common: dict[str, Any] = {
         "batch_size": b["batch_size"],
         "pretrain_epochs": b["pretrain_epochs"],
         "pretrain_optimizer_params": {"lr": LEARNING_RATE},
         "optimizer_class": torch.optim.Adam,
-        "neural_network": (FeedforwardAutoencoder,
-                           {"layers": [n_features, *b["hidden"], EMBEDDING_SIZE]}),
+        "neural_network": (_network_spec(n_features, b) if network is None
+                           else copy.deepcopy(network)),
         "embedding_size": EMBEDDING_SIZE,
         "device": torch.device("cpu"),
         "random_state": seed,
@@ -121,13 +132,36 @@ def _make_estimator(name: str, n_features: int, n_clusters: int, seed: int,
     raise ValueError(f"unknown peer {name!r}; expected one of {PEERS}")
 
 
-def run_peer(name: str, X: np.ndarray, n_clusters: int, seed: int,
-             budget: dict[str, Any] | None = None, threads: int = 1) -> np.ndarray:
-    """Cluster ``X`` (n, d) with the ClustPy method ``name`` (network and epochs: ``budget``,
-    see :func:`_make_estimator`) on ``threads`` threads; return integer labels (n,)."""
+def pretrained_network(X: np.ndarray, seed: int, budget: dict[str, Any] | None = None,
+                       threads: int = 1) -> Any:
+    """ClustPy's autoencoder of ``budget`` pretrained on ``X`` exactly as each peer pretrains
+    its own (ClustPy's routine: same layers, epochs, batch size, Adam step, loss and seed), so
+    that several peers can start from one pretraining (``run_peer(..., network=)``)."""
+    b = _budget(budget)
+    _ensure_torchvision()
+    from clustpy.deep._train_utils import get_trained_network
+    from clustpy.deep._utils import set_torch_seed
+
     torch.set_num_threads(threads)
     X = np.ascontiguousarray(X, dtype=np.float32)
-    estimator = _make_estimator(name, X.shape[1], n_clusters, seed, budget)
+    set_torch_seed(seed)  # the batches' order, as a peer's own fit seeds it
+    with threadpool_limits(limits=threads):
+        return get_trained_network(
+            data=X, n_epochs=b["pretrain_epochs"], batch_size=b["batch_size"],
+            optimizer_params={"lr": LEARNING_RATE}, optimizer_class=torch.optim.Adam,
+            device=torch.device("cpu"), embedding_size=EMBEDDING_SIZE,
+            neural_network=_network_spec(X.shape[1], b), random_state=seed)
+
+
+def run_peer(name: str, X: np.ndarray, n_clusters: int, seed: int,
+             budget: dict[str, Any] | None = None, threads: int = 1,
+             network: Any = None) -> np.ndarray:
+    """Cluster ``X`` (n, d) with the ClustPy method ``name`` (network and epochs: ``budget``,
+    see :func:`_make_estimator`; ``network``: start from this pretrained autoencoder, see
+    :func:`pretrained_network`) on ``threads`` threads; return integer labels (n,)."""
+    torch.set_num_threads(threads)
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    estimator = _make_estimator(name, X.shape[1], n_clusters, seed, budget, network)
     with threadpool_limits(limits=threads):
         estimator.fit(X)
     return np.asarray(estimator.labels_, dtype=np.int64)

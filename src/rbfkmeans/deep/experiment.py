@@ -68,12 +68,14 @@ _DEFAULTS: dict[str, Any] = {
 
 #: Settings every data set shares unless :data:`DATASET_DEFAULTS` says otherwise (they keep the
 #: small sets on the method above: an MLP, no shifts, the input-space graph, no consistency term).
-_DEFAULTS.update({"encoder": "mlp", "image_shape": None, "augment": 0, "graph_dims": None,
+_DEFAULTS.update({"encoder": "mlp", "image_shape": None, "augment": 0, "rotation": 0.0,
+                  "scaling": 0.0, "graph_dims": None,
                   "joint_graph": "input", "consistency_weight": 0.0, "entropy_weight": 5.0,
                   "lr": 1e-3})
 
 _MNIST: dict[str, Any] = {
-    "encoder": "cnn", "image_shape": (28, 28), "augment": 2, "graph_dims": 50,
+    "encoder": "cnn", "image_shape": (28, 28), "augment": 2, "rotation": 15.0, "scaling": 0.1,
+    "graph_dims": 50,
     "joint_graph": "embedding", "pretrain_epochs": 20, "epochs": 10, "batch_size": 512,
     "kmeans_weight": 0.0, "self_training_weight": 0.0, "consistency_weight": 1.0,
     "entropy_weight": 5.0, "T_start": 0.3, "T_end": 0.3,

@@ -34,9 +34,9 @@ reconstructs the input. Training has three stages.
    ``P_ij ∝ Rbar_ij^2 / (sum_l Rbar_lj)^gamma`` (:mod:`rbfkmeans.deep.losses`).
 
    With ``consistency_weight`` ``eta > 0`` the loss also has ``eta * l_nc``, the agreement of the
-   layer's memberships of each row and of one of its neighbours (shifted by up to ``augment``
-   pixels on images), against the entropy of the batch's mean membership
-   (:func:`~rbfkmeans.deep.losses.neighbor_consistency_loss`).
+   layer's memberships of each row and of one of its neighbours (both randomly moved, turned and
+   rescaled on images: ``augment``, ``rotation``, ``scaling``), against the entropy of the
+   batch's mean membership (:func:`~rbfkmeans.deep.losses.neighbor_consistency_loss`).
 
 The neighbour graph (:func:`~rbfkmeans.deep.graph.knn_graph`: exact, by blocked products, on the
 inputs or on their ``graph_dims`` leading principal axes) gives the contrastive positives; the
@@ -116,8 +116,14 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
         Images only (``image_shape``): each contrastive or consistency positive, and its row,
         translated by a random offset of up to this many pixels
         (:func:`~rbfkmeans.deep.augment.random_shift`); 0: none.
+    rotation : float, default 0.0
+        Images only: each of them also turned by a random angle of up to this many degrees.
+    scaling : float, default 0.0
+        Images only: each of them also magnified by a random factor in
+        ``[1 / (1 + scaling), 1 + scaling]`` (with ``rotation`` or ``scaling`` > 0 the images are
+        resampled bilinearly, :func:`~rbfkmeans.deep.augment.random_affine`).
     image_shape : (h, w) or (c, h, w), optional
-        How a row of ``X`` is an image (needed by ``augment``).
+        How a row of ``X`` is an image (needed by ``augment``, ``rotation``, ``scaling``).
     graph_dims : int, optional
         Build the input-space neighbour graph on the rows' leading ``graph_dims`` principal axes
         (default: on the full rows).
@@ -177,6 +183,8 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
         normalize: bool = True,
         neighbor_labels: bool = True,
         augment: int = 0,
+        rotation: float = 0.0,
+        scaling: float = 0.0,
         image_shape: tuple[int, ...] | None = None,
         graph_dims: int | None = None,
         joint_graph: str = "input",
@@ -215,6 +223,8 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
         self.normalize = normalize
         self.neighbor_labels = neighbor_labels
         self.augment = augment
+        self.rotation = rotation
+        self.scaling = scaling
         self.image_shape = image_shape
         self.graph_dims = graph_dims
         self.joint_graph = joint_graph
@@ -286,9 +296,10 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
             )
         if self.image_shape is not None:
             check_image_shape(self.image_shape)
-        if self.augment > 0 and self.image_shape is None:
-            raise ValueError(f"augment={self.augment!r} shifts images: it needs image_shape; got "
-                             "image_shape=None")
+        if self._augments and self.image_shape is None:
+            raise ValueError(f"augment={self.augment!r}, rotation={self.rotation!r}, "
+                             f"scaling={self.scaling!r} transform images: they need image_shape; "
+                             "got image_shape=None")
 
     # -- helpers ------------------------------------------------------------------------------
     @property

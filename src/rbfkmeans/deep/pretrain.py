@@ -3,10 +3,10 @@ r"""Pretraining of the deep clusterer's networks, and the positives both stages 
 ``L_pre = MSE(g(z), x) + mu * l_nce(z, z+; tau)`` per minibatch
 (:func:`~rbfkmeans.deep.losses.neighbor_contrastive_loss`), for ``pretrain_epochs`` epochs with
 Adam. The positive ``x+`` of a row is one of its ``m`` nearest neighbours in input space, drawn
-at random each time; with ``augment = s > 0`` (images only: ``image_shape``) the row and its
-positive are each translated by a random offset of up to ``s`` pixels
-(:func:`~rbfkmeans.deep.augment.random_shift`), so the pair differs by more than the graph's
-edge. Reconstruction always targets the unshifted row.
+at random each time; on images (``image_shape``) with ``augment``, ``rotation`` or ``scaling``
+set, the row and its positive are each moved by up to ``augment`` pixels, turned by up to
+``rotation`` degrees and rescaled by up to ``1 + scaling`` (:mod:`rbfkmeans.deep.augment`), so
+the pair differs by more than the graph's edge. Reconstruction always targets the unshifted row.
 
 :class:`PretrainMixin` holds this stage for :class:`~rbfkmeans.deep.joint.DeepClusterer`; it
 reads the clusterer's settings and networks and writes ``pretrain_history_`` and
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .augment import random_shift
+from .augment import random_affine, random_shift
 from .losses import neighbor_contrastive_loss
 
 __all__ = ["PretrainMixin"]
@@ -31,16 +31,27 @@ class PretrainMixin:
     """The pretraining stage (module docstring) of :class:`~rbfkmeans.deep.joint.DeepClusterer`
     (``self`` is the clusterer: its networks, settings and helpers)."""
 
+    @property
+    def _augments(self: Any) -> bool:
+        return self.augment > 0 or self.rotation > 0 or self.scaling > 0
+
+    def _augment(self: Any, X: Tensor, gen: torch.Generator) -> Tensor:
+        """``X`` (b, d) itself, or its images randomly moved, turned and rescaled
+        (``augment``, ``rotation``, ``scaling``; :mod:`rbfkmeans.deep.augment`)."""
+        if self.rotation > 0 or self.scaling > 0:
+            return random_affine(X, self.image_shape, self.augment, self.rotation, self.scaling,
+                                 gen)
+        if self.augment > 0:
+            return random_shift(X, self.image_shape, self.augment, gen)
+        return X
+
     def _views(self: Any, Xt: Tensor, idx: Tensor, neighbors: Tensor,
                gen: torch.Generator) -> tuple[Tensor, Tensor]:
         """The rows ``idx`` of ``Xt`` and one random neighbour of each (from ``neighbors``
-        (n, m)), both shifted by up to ``augment`` pixels when it is > 0: (b, d) and (b, d)."""
+        (n, m)), both transformed by :meth:`_augment`: (b, d) and (b, d)."""
         pick = torch.randint(neighbors.shape[1], (idx.numel(),), generator=gen)
         xb, xp = Xt[idx], Xt[neighbors[idx, pick.to(idx.device)]]
-        if self.augment > 0:
-            xb = random_shift(xb, self.image_shape, self.augment, gen)
-            xp = random_shift(xp, self.image_shape, self.augment, gen)
-        return xb, xp
+        return self._augment(xb, gen), self._augment(xp, gen)
 
     def pretrain(self: Any, X: Any) -> Any:
         """Train encoder and decoder on ``L_pre`` (module docstring): reconstruction plus
@@ -88,7 +99,7 @@ class PretrainMixin:
         zb = self._embed(xb)
         loss = zb.new_zeros(())
         if self.decoder is not None:
-            z_clean = zb if self.augment == 0 else self._embed(Xt[idx])
+            z_clean = zb if not self._augments else self._embed(Xt[idx])
             loss = loss + F.mse_loss(self.decoder(z_clean), Xt[idx])
         z_pos = self._embed(xp)
         return loss + self.contrastive_weight * neighbor_contrastive_loss(

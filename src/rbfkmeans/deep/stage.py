@@ -24,7 +24,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..assignments import get_assignment
-from .augment import random_shift
 from .guard import collapse_guard
 from .losses import (
     batch_targets,
@@ -110,9 +109,7 @@ class JointStageMixin:
                     xb, xp = self._views(Xt, idx, neighbors, gen)
                     terms = self.loss(xb, P, xp)
                 else:
-                    xb = Xt[idx]
-                    if self.augment > 0:
-                        xb = random_shift(xb, self.image_shape, self.augment, gen)
+                    xb = self._augment(Xt[idx], gen)
                     terms = self.loss(xb, P)
                 opt.zero_grad()
                 terms["total"].backward()
