@@ -176,8 +176,11 @@ def markdown_table(results: dict[str, Any]) -> str:
     seed and peak memory; the papers' figures below each set."""
     lines = [TABLE_BEGIN, "",
              f"Seeds {results['seeds_note']}; {results['threads']} threads; mean ± std (ddof=1) "
-             "over seeds, the lowest seed's ACC; seconds and peak memory (RSS) per seed (the "
-             "three rbfkmeans methods run together: one time, one peak).", "",
+             "over seeds, the number of seeds in brackets, the lowest seed's ACC; seconds and "
+             "peak memory (RSS) per seed (the three rbfkmeans methods run together in one "
+             "process: one time, one peak; the peers run together in another, each from the "
+             "same pretrained autoencoder: a peer's time is that pretraining plus its own "
+             "stage).", "",
              "| data | method | ACC | NMI | lowest ACC | ARI | s / seed | peak MB |",
              "|---|---|---|---|---|---|---|---|"]
     for name, r in results["sets"].items():

@@ -452,3 +452,16 @@ def test_extreme_values_fit_and_no_file_holds_a_nan(tmp_path: Path) -> None:
     assert main(["fit", str(src), "-k", "3"]) == 0
     for part in ("labels", "memberships", "centers"):
         assert np.isfinite(np.load(tmp_path / f"huge_{part}.npy")).all()
+
+
+def test_table_file_functions_name_a_bad_argument() -> None:
+    from rbfkmeans.table_file import check_input, is_npy, parse_delimiter
+
+    with pytest.raises(TypeError, match=r"path must be a str or a pathlib\.Path; got int"):
+        read_matrix(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"path must be a str or a pathlib\.Path; got NoneType"):
+        check_input(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="delimiter must be a string or None; got int"):
+        parse_delimiter(5, Path("a.csv"))  # type: ignore[arg-type]
+    assert is_npy("A.NPY")
+    assert parse_delimiter(None, "b.TSV") == "\t"  # type: ignore[arg-type]

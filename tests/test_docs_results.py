@@ -71,6 +71,16 @@ def test_deep_clustering_docs_mnist_table_equals_the_committed_results(
         assert {"kmeans_raw", "two_step", "joint", *bench.PEERS} <= set(entry["methods"])
 
 
+def test_quantizer_docs_mnist_table_equals_the_committed_results() -> None:
+    from rbfkmeans.vq.experiment import PEER, markdown_table
+
+    results = json.loads((ROOT / "benchmarks" / "results" / "vq_mnist.json").read_text())
+    assert results["dataset"] == "mnist"
+    assert "per_seed" in results["methods"][PEER]  # the peer ran
+    page = (ROOT / "docs" / "quantizer.md").read_text()
+    assert markdown_table(results) in page
+
+
 def _generated(page: str, bench: ModuleType) -> str:
     """The part of ``page`` between a benchmark's ``TABLE_BEGIN`` and ``TABLE_END`` markers,
     both included."""

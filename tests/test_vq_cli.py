@@ -16,8 +16,10 @@ from rbfkmeans.vq.experiment import (
     PEER,
     default_config,
     load_digits_split,
+    markdown_table,
     peer_version,
     run_vq,
+    summarize,
     train,
 )
 
@@ -60,6 +62,18 @@ def test_no_peer_leaves_the_column_out_with_a_note(tmp_path: Path) -> None:
     assert res["methods"][PEER] == {"skipped": "left out (--no-peer)"}
     assert res["seeds"] == [3]
     assert res["targets"]["mse_at_or_below_peer"] is None
+    table = markdown_table(res).splitlines()
+    assert table[2].startswith("| rbfkmeans | ")
+    assert table[-1] == f"| {PEER} | left out (--no-peer) |  |  |  |  |"
+
+
+def test_markdown_table_gives_mean_and_spread_of_every_metric() -> None:
+    row = {"mse": 0.02, "usage": 0.5, "perplexity": 10.0, "dead_codes": 1.0, "time_s": 2.0}
+    per_seed = [{**row, "seed": 0}, {**{k: 2 * v for k, v in row.items()}, "seed": 1}]
+    results = {"methods": {"rbfkmeans": {"per_seed": per_seed, **summarize(per_seed)}}}
+    line = markdown_table(results).splitlines()[2]
+    assert line == ("| rbfkmeans | 0.0300 ± 0.0141 | 75.0% ± 35.4% | 15.0 ± 7.1 | 1.5 | "
+                    "3.0 ± 1.4 s |")
 
 
 def test_every_method_starts_from_the_same_networks() -> None:

@@ -110,8 +110,9 @@ _MODEL_KEYS = ("hidden", "n_latent", "encoder")
 
 #: Settings that change pretraining: a variant touching one is pretrained on its own (the
 #: others, ``n_neighbors`` included, train from the shared pretrained networks).
-_PRETRAIN_KEYS = ("contrastive_weight", "contrastive_temperature",
-                  "pretrain_epochs", "pretrain_lr", "batch_size", "normalize")
+_PRETRAIN_KEYS = ("contrastive_weight", "contrastive_temperature", "pretrain_epochs",
+                  "pretrain_lr", "batch_size", "normalize", "augment", "rotation", "scaling",
+                  "graph_dims")
 
 
 def default_config(quick: bool = False, dataset: str | None = None,

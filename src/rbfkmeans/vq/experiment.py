@@ -53,6 +53,7 @@ __all__ = [
     "default_config",
     "load_digits_split",
     "load_split",
+    "markdown_table",
     "peer_version",
     "run_vq",
     "summarize",
@@ -283,6 +284,23 @@ def _targets(methods: dict[str, Any]) -> dict[str, Any]:
     else:
         out["mse_at_or_below_peer"] = None
     return out
+
+
+def markdown_table(results: dict[str, Any]) -> str:
+    """The results as a markdown table: per quantiser, mean ± std over the seeds of the held-out
+    MSE, code usage, perplexity, dead codes and training time (a skipped peer says why)."""
+    lines = ["| quantiser | held-out MSE | usage | perplexity | dead codes | training time |",
+             "|---|---|---|---|---|---|"]
+    for name, row in results["methods"].items():
+        if "skipped" in row:
+            lines.append(f"| {name} | {row['skipped']} |  |  |  |  |")
+            continue
+        m, s = row["mean"], row["std"]
+        lines.append(
+            f"| {name} | {m['mse']:.4f} ± {s['mse']:.4f} | {100 * m['usage']:.1f}% ± "
+            f"{100 * s['usage']:.1f}% | {m['perplexity']:.1f} ± {s['perplexity']:.1f} | "
+            f"{m['dead_codes']:.1f} | {m['time_s']:.1f} ± {s['time_s']:.1f} s |")
+    return "\n".join(lines) + "\n"
 
 
 def run_vq(

@@ -1,0 +1,175 @@
+"""Reading a numeric table from a file: a ``.npy`` array or a CSV (the ``rbfkmeans fit`` input).
+
+A ``.npy`` file holds one integer or float array (1-D is one column). A CSV is read by the rules
+of Python's :mod:`csv` module (fields may be quoted; the delimiter defaults to ``,``, and a tab
+for ``.tsv``). Blank lines and lines starting with ``#`` are skipped. The first other row is a
+header when at least one of its fields is non-empty and not a number (empty fields alone do not
+make a header); the header must have one name per column. Every other field must be a finite
+number: an empty field, a word, NaN/inf or a row of another length is an :class:`InputError`
+naming its line and column.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["InputError", "check_input", "is_npy", "one_line", "parse_delimiter", "read_matrix"]
+
+
+class InputError(ValueError):
+    """A problem with the user's files or arguments, reported as one line."""
+
+
+def parse_delimiter(value: str | None, path: Path) -> str:
+    """The CSV field separator: ``value`` (``tab`` or ``\\t`` for a tab), by default ``,``, or a
+    tab for a ``.tsv`` file. A quote, a line break or a character of a number is refused."""
+    path = _as_path(path)
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"delimiter must be a string or None; got {type(value).__name__}")
+    if value is None:
+        return "\t" if path.suffix.lower() == ".tsv" else ","
+    delimiter = "\t" if value.lower() in ("tab", "\\t") else value
+    if len(delimiter) != 1 or delimiter in "\"\r\n.+-_" or delimiter.isalnum():
+        raise InputError(
+            "--delimiter must be one character, not a quote, a line break or a character of a "
+            f"number ('tab' for a tab); got {value!r}"
+        )
+    return delimiter
+
+
+def read_matrix(path: Path, delimiter: str | None = None) -> tuple[np.ndarray, list[str] | None]:
+    """``X`` (n, d) from ``path`` and the CSV header (``None`` when there is none)."""
+    import numpy as np
+
+    path = _as_path(path)
+    check_input(path)
+    if is_npy(path):
+        return _read_npy(path), None
+    X, header, lines = _read_csv(path, parse_delimiter(delimiter, path))
+    bad = ~np.isfinite(X)
+    if bad.any():
+        i, j = (int(v[0]) for v in np.nonzero(bad))
+        raise InputError(f"{path}: line {lines[i]}, column {j + 1}: {float(X[i, j])} is not finite")
+    return X, header
+
+
+def is_npy(path: Path) -> bool:
+    """Whether ``path`` names a ``.npy`` file (by its suffix, in any case)."""
+    return _as_path(path).suffix.lower() == ".npy"
+
+
+def check_input(path: Path) -> None:
+    """Raise unless ``path`` is an existing file."""
+    path = _as_path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder, not a file")
+
+
+def _as_path(path: object) -> Path:
+    if not isinstance(path, str | Path):
+        raise TypeError(f"path must be a str or a pathlib.Path; got {type(path).__name__}")
+    return Path(path)
+
+
+def _read_npy(path: Path) -> np.ndarray:
+    import numpy as np
+
+    try:
+        X = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise InputError(f"{path}: not a readable .npy array ({one_line(exc)})") from None
+    if not isinstance(X, np.ndarray):
+        raise InputError(f"{path}: expected one array, got {type(X).__name__}")
+    if not (np.issubdtype(X.dtype, np.integer) or np.issubdtype(X.dtype, np.floating)):
+        raise InputError(f"{path}: expected an integer or float array; got dtype {X.dtype}")
+    if X.ndim == 1:
+        X = X.reshape(-1, 1)
+    if X.ndim != 2:
+        raise InputError(f"{path}: expected a 2-D array (n, d); got shape {X.shape}")
+    if X.shape[0] == 0 or X.shape[1] == 0:
+        raise InputError(f"{path}: the array is empty (shape {X.shape})")
+    bad = ~np.isfinite(X)
+    if bad.any():
+        i, j = (int(v[0]) for v in np.nonzero(bad))
+        raise InputError(f"{path}: row {i}, column {j}: {float(X[i, j])} is not finite")
+    return X
+
+
+def _read_csv(path: Path, delimiter: str) -> tuple[np.ndarray, list[str] | None, list[int]]:
+    """The data rows, the header and the line number of each row (see the module's rules)."""
+    import numpy as np
+
+    rows: list[list[float]] = []
+    lines: list[int] = []
+    header: list[str] | None = None
+    header_line = 0
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f, delimiter=delimiter)
+            for fields in reader:
+                if _is_blank(fields) or fields[0].lstrip().startswith("#"):
+                    continue
+                if not rows and header is None and _is_header(fields):
+                    header, header_line = [s.strip() for s in fields], reader.line_num
+                    continue
+                where = f"{path}: line {reader.line_num}"
+                values = _parse_row(fields, where)
+                if rows and len(values) != len(rows[0]):
+                    raise InputError(f"{where} has {len(values)} values, expected {len(rows[0])}")
+                rows.append(values)
+                lines.append(reader.line_num)
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text (UTF-8) file") from None
+    except csv.Error as exc:
+        raise InputError(f"{path}: {one_line(exc)}") from None
+    if not rows:
+        raise InputError(f"{path}: no data rows")
+    if header is not None and len(header) != len(rows[0]):
+        raise InputError(f"{path}: line {header_line}: the header has {len(header)} names, "
+                         f"the rows {len(rows[0])} values")
+    return np.asarray(rows, dtype=np.float64), header, lines
+
+
+def _is_blank(fields: list[str]) -> bool:
+    """An empty line (no fields) or a line of spaces (one blank field)."""
+    return not fields or (len(fields) == 1 and not fields[0].strip())
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_header(fields: list[str]) -> bool:
+    """At least one field is non-empty and not a number."""
+    return any(s.strip() and not _is_number(s) for s in fields)
+
+
+def _parse_row(fields: list[str], where: str) -> list[float]:
+    """The numbers of one data row; ``where`` (file and line) prefixes the error messages."""
+    values = []
+    for col, s in enumerate(fields, start=1):
+        if not s.strip():
+            raise InputError(f"{where}, column {col}: empty field")
+        try:
+            values.append(float(s))
+        except ValueError:
+            raise InputError(f"{where}, column {col}: {s.strip()!r} is not a number") from None
+    return values
+
+
+def one_line(exc: BaseException | Warning | str) -> str:
+    """An error or warning as one line (``file: reason`` for an operating-system error)."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return " ".join(str(exc).split())
