@@ -365,3 +365,38 @@ def test_row_min_other_inputs_use_torch_min(dtype, k):
     G = torch.randn(50, k, dtype=dtype)
     G[:, 3] = G.min(dim=1).values
     _assert_row_min_equals_torch(G)
+
+
+def test_chunked_gradients_equal_the_whole_and_stay_linear_in_the_chunks() -> None:
+    """Chunks are ``X.split`` pieces: their backward joins the pieces' gradients once (a
+    slice's backward would add a zero-padded (n, d) gradient per chunk)."""
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(300, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    C = torch.randn(4, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    W = torch.randn(300, 4, dtype=torch.float64, generator=g)
+    whole = torch.autograd.grad((sq_distances(X, C) * W).sum(), (X, C))
+    D = sq_distances(X, C, chunk_size=7)
+    chunked = torch.autograd.grad((D * W).sum(), (X, C))
+    for a, b in zip(whole, chunked, strict=True):
+        torch.testing.assert_close(a, b)
+    names: set[str] = set()
+    seen: set[int] = set()
+    todo = [D.grad_fn]
+    while todo:  # every node of the backward graph, once
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        names.add(node.name())
+        todo += [f for f, _ in node.next_functions]
+    assert any("Split" in name for name in names)
+    assert not any(name.startswith("SliceBackward") for name in names)
+
+
+def test_chunk_rows_takes_a_larger_budget_off_the_cpu() -> None:
+    assert dist_mod.chunk_rows(10**6, 1152) == dist_mod.DEFAULT_CHUNK_ELEMENTS // 1152
+    assert dist_mod.chunk_rows(10**6, 1152, device=torch.device("cpu")) == \
+        dist_mod.DEFAULT_CHUNK_ELEMENTS // 1152
+    assert dist_mod.chunk_rows(10**6, 1152, device="meta") == \
+        dist_mod.DEVICE_CHUNK_ELEMENTS // 1152
+    assert dist_mod.chunk_rows(10**6, 1152, 77, device="meta") == 77  # an explicit size wins

@@ -81,6 +81,16 @@ def test_quantizer_docs_mnist_table_equals_the_committed_results() -> None:
     assert markdown_table(results) in page
 
 
+def test_scale_docs_gpu_tables_equal_the_committed_results(
+        load_benchmark: Callable[[str], ModuleType]) -> None:
+    bench = load_benchmark("gpu_check")
+    results = json.loads((ROOT / "benchmarks" / "results" / "gpu.json").read_text())
+    assert results["device"].startswith("NVIDIA")
+    assert set(results["runs"]) >= {"before", "after"}
+    page = (ROOT / "docs" / "scale.md").read_text()
+    assert _generated(page, bench) == bench.markdown_table(results)
+
+
 def _generated(page: str, bench: ModuleType) -> str:
     """The part of ``page`` between a benchmark's ``TABLE_BEGIN`` and ``TABLE_END`` markers,
     both included."""

@@ -137,7 +137,7 @@ class Data:
 
     def rows(self, width: int) -> int:
         """Rows per chunk for ``width`` entries per row (``k`` memberships, say)."""
-        return chunk_rows(self.n, width, self.chunk_size)
+        return chunk_rows(self.n, width, self.chunk_size, self.X.device)
 
     def chunks(self, width: int) -> Iterator[slice]:
         """Row slices of at most :meth:`rows` rows covering the local data."""
