@@ -39,7 +39,8 @@ import numpy as np
 import torch
 
 from rbfkmeans.deep import evaluate, load_dataset
-from rbfkmeans.deep.experiment import METHODS, run_deep_cluster, summarize
+from rbfkmeans.deep.experiment import METHODS, run_deep_cluster
+from rbfkmeans.deep.report import summarize
 
 DATASETS = ("digits", "breast_cancer", "wine", "iris")
 DESIGN = ("digits", "breast_cancer")

@@ -115,6 +115,8 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def verdicts(r: dict[str, Any], name: str) -> dict[str, Any]:
     """The targets, read off one set's results."""
+    from rbfkmeans.deep.report import paired_gains
+
     m = r["methods"]
     if "joint" not in m:
         return {}
@@ -132,6 +134,10 @@ def verdicts(r: dict[str, Any], name: str) -> dict[str, Any]:
             spread = max(joint["std"][metric], two["std"][metric])
             out[f"joint_over_two_step_{metric}"] = margin
             out[f"joint_over_two_step_{metric}_by_more_than_std"] = bool(margin > spread)
+            gain = paired_gains(joint["per_seed"], two["per_seed"], metric)
+            out[f"joint_over_two_step_{metric}_seeds_up"] = f"{gain['above']}/{gain['n']}"
+            out[f"joint_over_two_step_{metric}_paired_by_more_than_std"] = bool(
+                gain["mean"] > gain["std"])
         for peer in PEERS:
             if peer in m:
                 margin = joint["mean"][metric] - m[peer]["mean"][metric]

@@ -568,6 +568,72 @@ def test_deep_cluster_ablation_command(tmp_path) -> None:  # type: ignore[no-unt
     assert "| variant | ACC | NMI | ARI |" in (out / "ablation.md").read_text()
 
 
+def test_ablation_pretrains_a_variant_with_another_network_on_its_own(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from rbfkmeans.deep.experiment import _clusterer, default_config
+
+    variants = {"shared": {}, "mlp encoder": {"encoder": "mlp"}}
+    res = run_ablation("digits", [1], tmp_path, variants=variants, quick=True, progress=False,
+                       encoder="cnn", image_shape=(8, 8))
+    ds = load_dataset("digits")
+    # the variant equals the MLP clusterer built and trained directly, start and result
+    dc = _clusterer(default_config(True, "digits", encoder="mlp", image_shape=(8, 8)),
+                    64, 10, 1, False)
+    assert dc.decoder is not None
+    dc.fit(ds.X)
+    row = res["variants"]["mlp encoder"]
+    assert row["per_seed"][0]["acc"] == pytest.approx(cluster_acc(ds.y, dc.labels_))
+    assert row["two_step"]["per_seed"][0]["acc"] == pytest.approx(
+        cluster_acc(ds.y, dc.init_labels_))
+    assert row["pretrain_seconds"] > 0
+    # the shared variant trains the CNN (no decoder): its start is the shared two-step row
+    cnn = _clusterer(default_config(True, "digits", encoder="cnn", image_shape=(8, 8)),
+                     64, 10, 1, False)
+    assert cnn.decoder is None
+    cnn.fit(ds.X)
+    assert res["variants"]["two_step"]["per_seed"][0]["acc"] == pytest.approx(
+        cluster_acc(ds.y, cnn.init_labels_))
+    assert res["variants"]["shared"]["per_seed"][0]["acc"] == pytest.approx(
+        cluster_acc(ds.y, cnn.labels_))
+    assert "two_step" not in res["variants"]["shared"]
+
+
+def test_paired_gains_pair_rows_by_seed() -> None:
+    from rbfkmeans.deep.report import gains_markdown, paired_gains
+
+    joint = [{"seed": 3, "acc": 0.9}, {"seed": 1, "acc": 0.7}, {"seed": 7, "acc": 0.5}]
+    start = [{"seed": 1, "acc": 0.75}, {"seed": 3, "acc": 0.6}, {"seed": 9, "acc": 0.1}]
+    g = paired_gains(joint, start, "acc")  # seeds 1 and 3: gains -0.05 and +0.3
+    assert g["n"] == 2
+    assert g["above"] == 1
+    assert g["mean"] == pytest.approx(0.125)
+    assert g["std"] == pytest.approx(np.std([-0.05, 0.3], ddof=1))
+    with pytest.raises(ValueError, match="share no seed"):
+        paired_gains(joint[2:], start, "acc")
+    rows = [{"seed": s, "acc": a, "nmi": a, "ari": a} for s, a in [(0, 0.5), (1, 0.7)]]
+    ups = [{**r, "acc": r["acc"] + 0.1, "nmi": r["nmi"] - 0.1} for r in rows]
+    line = gains_markdown({"toy": (ups, rows)}).splitlines()[2]
+    assert line == ("| toy | 2 | +0.1000 ± 0.0000 | 2/2 | 0.1414 | -0.1000 ± 0.0000 | 0/2 "
+                    "| 0.1414 |")
+
+
+@pytest.mark.parametrize(("call", "match"), [
+    (lambda r: r.summarize([]), r"per_seed must hold at least one per-seed row"),
+    (lambda r: r.summarize([{"seed": 0, "acc": 1.0, "nmi": 1.0}]),
+     r"per_seed\[0\] must hold 'seed' and 'ari'; got \['acc', 'nmi', 'seed'\]"),
+    (lambda r: r.paired_gains([{"seed": 0, "acc": 1.0}], [{"seed": 0, "acc": 1.0}], "f1"),
+     r"metric must be one of acc, nmi, ari; got 'f1'"),
+    (lambda r: r.paired_gains([{"acc": 1.0}], [{"seed": 0, "acc": 1.0}], "acc"),
+     r"joint\[0\] must hold 'seed' and 'acc'"),
+    (lambda r: r.paired_gains([{"seed": 0, "acc": 1.0}], [], "acc"),
+     r"start must hold at least one per-seed row"),
+])
+def test_report_names_bad_rows(call, match) -> None:  # type: ignore[no-untyped-def]
+    from rbfkmeans.deep import report
+
+    with pytest.raises(ValueError, match=match):
+        call(report)
+
+
 _R = torch.full((6, 3), 1.0 / 3.0)
 _NAN = torch.full((6, 3), float("nan"))
 _Z = torch.nn.functional.normalize(torch.randn(6, 4, generator=torch.Generator().manual_seed(0)))

@@ -35,7 +35,7 @@ def test_deep_results_file_covers_the_benchmark_sets_and_seeds() -> None:
 
 
 def test_deep_clustering_docs_ablation_tables_equal_the_committed_results() -> None:
-    from rbfkmeans.deep.experiment import ablation_markdown
+    from rbfkmeans.deep.report import ablation_markdown
 
     page = (ROOT / "docs" / "deep-clustering.md").read_text()
     files = sorted((ROOT / "benchmarks" / "results" / "ablation").glob("*.json"))
@@ -69,6 +69,19 @@ def test_deep_clustering_docs_mnist_table_equals_the_committed_results(
     for entry in results["sets"].values():
         assert len(entry["methods"]["joint"]["per_seed"]) >= 5
         assert {"kmeans_raw", "two_step", "joint", *bench.PEERS} <= set(entry["methods"])
+
+
+def test_deep_clustering_docs_gains_table_equals_the_committed_results() -> None:
+    """The seed-by-seed gains of joint training over its start, from both results files."""
+    from rbfkmeans.deep.report import gains_markdown
+
+    mnist = json.loads((ROOT / "benchmarks" / "results" / "deep_mnist.json").read_text())
+    small = json.loads((ROOT / "benchmarks" / "results" / "deep.json").read_text())
+    sets = [(name, mnist["sets"][name]) for name in ("mnist", "mnist-test")]
+    runs = {name: (r["methods"]["joint"]["per_seed"], r["methods"]["two_step"]["per_seed"])
+            for name, r in [*sets, *small["datasets"].items()]}
+    page = (ROOT / "docs" / "deep-clustering.md").read_text()
+    assert gains_markdown(runs) in page
 
 
 def test_quantizer_docs_mnist_table_equals_the_committed_results() -> None:

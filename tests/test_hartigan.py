@@ -173,3 +173,61 @@ def test_the_compiled_scoring_equals_the_torch_scoring(seed: int, n: int, d: int
     assert torch.equal(fused[0][big], plain[0][keep])  # rows (beyond rounding-size gains)
     assert torch.equal(fused[1][big], plain[1][keep])
     torch.testing.assert_close(fused[2][big], plain[2][keep], rtol=1e-9, atol=1e-9)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(20, 400), d=st.integers(17, 40),
+       k=st.integers(2, 12), weighted=st.booleans(), single=st.booleans())
+def test_the_bounded_passes_take_the_steps_of_full_passes(
+        seed: int, n: int, d: int, k: int, weighted: bool, single: bool) -> None:
+    """Many features (the torch scoring): passes that score only the rows the bounds leave
+    reach the same labels, means, passes and moves as passes scoring every row."""
+    import rbfkmeans.hartigan as H
+
+    k = min(k, n)
+    X, w, labels = _problem(seed, n, d, k, weighted)
+    dtype = torch.float32 if single else torch.float64
+    data = Data(torch.from_numpy(X).to(dtype), torch.from_numpy(w) if weighted else None)
+    scored: list[int] = []
+    real = H._candidates
+
+    def spy(data, C, N, labels, bounds=None):  # type: ignore[no-untyped-def]
+        out = real(data, C, N, labels, bounds)
+        if bounds is not None:
+            scored.append(int(torch.isfinite(bounds.upper).sum()))
+        return out
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(H, "_candidates", spy)
+        bounded = hartigan(data, torch.from_numpy(labels), k, max_passes=1000)
+        patch.setattr(H, "_Bounds", lambda n, device: None)
+        full = hartigan(data, torch.from_numpy(labels), k, max_passes=1000)
+    assert torch.equal(bounded.labels, full.labels)
+    assert (bounded.n_passes, bounded.n_moves) == (full.n_passes, full.n_moves)
+    torch.testing.assert_close(bounded.C, full.C, rtol=0, atol=0)
+    assert len(scored) == bounded.n_passes  # the bounds were in use at every pass
+
+
+def test_the_bounds_rule_out_rows_far_from_every_boundary() -> None:
+    """Two far groups and one boundary row that should move: after the first pass only the
+    rows near the boundary are scored again."""
+    import rbfkmeans.hartigan as H
+
+    rng = np.random.default_rng(0)
+    d = 32
+    X = np.concatenate([rng.normal(size=(200, d)) * 0.1, rng.normal(size=(200, d)) * 0.1 + 5.0])
+    labels = np.r_[np.zeros(200, dtype=np.int64), np.ones(200, dtype=np.int64)]
+    labels[:3] = 1  # three rows of the first group start in the second
+    data = Data(torch.from_numpy(X))
+    bounds = H._Bounds(data.n, torch.device("cpu"))
+    N, C = _means(data, torch.from_numpy(labels), 2)
+    rows, target, _ = H._candidates(data, C, N, torch.from_numpy(labels), bounds)
+    assert set(rows.tolist()) == {0, 1, 2}
+    assert target.tolist() == [0, 0, 0]
+    lab = torch.from_numpy(labels).clone()
+    lab[rows] = target
+    N2, C2 = _means(data, lab, 2)
+    bounds.moved(rows, (C2 - C).norm(dim=1), lab)
+    active = bounds.active(N2, lab, None)
+    assert active is not None
+    assert set(active.tolist()) == {0, 1, 2}  # only the moved rows

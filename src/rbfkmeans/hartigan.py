@@ -26,16 +26,36 @@ minus those going out, in float64):
 
 valid because each ``c_j`` is the mean of its cluster. The batch is kept when that is negative;
 otherwise its better half (by single-move gain) is tried, down to one move, which always pays.
+A kept batch's means ``c_j + dS_j / (N_j + dN_j)`` serve the next pass (recomputed from all the
+rows every ``REFRESH`` passes and at the end).
 So ``J`` falls at every pass, and the polish stops at the first pass without a paying move (a
 Hartigan fixed point) or after ``max_passes``. Under ``torch.distributed`` each rank scores its
 rows, the candidates are ranked over all ranks (ties in the order of the concatenated shards)
 and the moments summed, so every rank takes the steps one process takes on the concatenated
 data.
+
+Passes after the first score only the rows whose move may pay (Hamerly's bounds, 2010, carried
+over to the move's factors): each row keeps an upper bound ``u_i >= ||x_i - c_a||``, the
+nearest other cluster ``b_1`` when it was scored with a lower bound ``l_1 <= ||x_i - c_{b_1}||``,
+and a lower bound ``l_2`` on its distances to all the others, set when it is scored and loosened
+by how far the means move (``u_i`` grows by its own mean's shift, ``l_1`` shrinks by ``c_{b_1}``'s,
+``l_2`` by the largest other shift). Since ``N_b / (N_b + w)`` grows with ``N_b``, no move of row
+``i`` pays while
+
+.. math::
+
+    \frac{N_a}{N_a - w_i} u_i^2 \le \min\Big(\frac{N_{b_1}}{N_{b_1} + w_i} l_1^2,\;
+        \frac{N_{min}}{N_{min} + w_i} l_2^2\Big),
+
+and such a row is not scored. The rows scored are the ones the full pass would find moves among,
+so the passes take the same steps (tests check it); this serves the chunked torch scoring (the
+compiled sweep of few features scores every row).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -45,7 +65,11 @@ from . import kernels
 from ._validation import check_positive_int
 from .passes import Data, check_data
 
-__all__ = ["ROUNDING", "HartiganResult", "hartigan", "holds_weight"]
+__all__ = ["REFRESH", "ROUNDING", "HartiganResult", "hartigan", "holds_weight"]
+
+#: the means are updated from each batch's moments (float64) and recomputed from all the rows
+#: every this many passes and at the end (a recomputation costs about a Lloyd pass on wide data)
+REFRESH = 16
 
 #: a batch pays only if ``J`` falls by more than this fraction of the moved rows' squared
 #: distances to their two means: smaller changes are rounding (and would let rows move back and
@@ -88,13 +112,19 @@ def holds_weight(data: Data, labels: Tensor, k: int) -> bool:
     """Whether every one of the ``k`` clusters of ``labels`` holds weight (over all ranks): the
     partitions :func:`hartigan` starts from (fewer distinct points than ``k`` leave some
     empty)."""
-    return bool((_means(data, labels, k)[0] > 0).all())
+    N = torch.zeros(k, dtype=torch.float64, device=labels.device)
+    w = torch.ones(data.n, dtype=torch.float64, device=labels.device) if data.w is None \
+        else data.w.to(torch.float64)
+    N.index_add_(0, labels, w)
+    data.comm.sum_(N)
+    return bool((N > 0).all())
 
 
-def _candidates(data: Data, C: Tensor, N: Tensor, labels: Tensor
-                ) -> tuple[Tensor, Tensor, Tensor]:
+def _candidates(data: Data, C: Tensor, N: Tensor, labels: Tensor,
+                bounds: _Bounds | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """This rank's rows whose best single move pays (``Delta J < 0`` by the module's formula, in
-    the data's dtype), in row order, their target clusters and their gains ``-Delta J``."""
+    the data's dtype), in row order, their target clusters and their gains ``-Delta J``. With
+    ``bounds``, only the rows they do not rule out are scored, and their bounds are reset."""
     k = C.shape[0]
     if kernels.usable(data.X, k):  # few features on the CPU: one compiled sweep
         gain, target = kernels.hartigan_pass(data.X, C, N, labels, data.w)
@@ -106,13 +136,19 @@ def _candidates(data: Data, C: Tensor, N: Tensor, labels: Tensor
     rows: list[Tensor] = []
     targets: list[Tensor] = []
     gains: list[Tensor] = []
-    for s in data.chunks(k):
+    active = None if bounds is None else bounds.active(N, labels, data.w)
+    pieces: Iterable[slice | Tensor] = data.chunks(k) if active is None else \
+        active.split(data.rows(k))
+    for s in pieces:  # row slices, or index vectors of the rows the bounds leave
         Xc = data.X[s]
         D = torch.addmm(C_sq, Xc, Cd.T, alpha=-2.0).add_(data.X_sq[s].unsqueeze(1))
         D.clamp_(min=0.0)  # (m, k) squared distances
         a = labels[s]
         d_a = D.gather(1, a[:, None])[:, 0]
         Na = N_d[a]
+        D.scatter_(1, a[:, None], torch.inf)
+        if bounds is not None:
+            bounds.reset(s, d_a, D, data.X_sq[s], C_sq)
         if data.w is None:  # w = 1: the join factors are a (k,) vector
             movable = Na > 1
             leave = Na / (Na - 1).clamp(min=1) * d_a
@@ -122,14 +158,67 @@ def _candidates(data: Data, C: Tensor, N: Tensor, labels: Tensor
             movable = Na > w
             leave = w * Na / (Na - w).clamp(min=torch.finfo(Xc.dtype).tiny) * d_a
             D.mul_(w.unsqueeze(1) * N_d / (N_d + w.unsqueeze(1)))
-        D.scatter_(1, a[:, None], torch.inf)
         best, b = D.min(dim=1)
         gain = torch.where(movable, leave - best, -torch.inf)  # a cluster never empties
         pick = torch.nonzero(gain > 0).flatten()
-        rows.append(pick + s.start)
+        rows.append(pick + s.start if isinstance(s, slice) else s[pick])
         targets.append(b[pick])
         gains.append(gain[pick].to(torch.float64))
+    if not rows:  # the bounds left no row
+        empty = torch.zeros(0, dtype=torch.long, device=data.X.device)
+        return empty, empty, torch.zeros(0, dtype=torch.float64, device=data.X.device)
     return torch.cat(rows), torch.cat(targets), torch.cat(gains)
+
+
+class _Bounds:
+    """Per row ``u_i >= ||x_i - c_a||``, the nearest other cluster ``b1_i`` at the last scoring
+    with ``l1_i <= ||x_i - c_b1||``, and ``l2_i <= min_{b != a, b1} ||x_i - c_b||`` (float64;
+    the module docstring), for this rank's rows."""
+
+    def __init__(self, n: int, device: torch.device) -> None:
+        self.upper = torch.full((n,), math.inf, dtype=torch.float64, device=device)
+        self.lower1 = torch.zeros(n, dtype=torch.float64, device=device)
+        self.lower2 = torch.zeros(n, dtype=torch.float64, device=device)
+        self.near = torch.zeros(n, dtype=torch.long, device=device)
+        self.first = True
+
+    def active(self, N: Tensor, labels: Tensor, w: Tensor | None) -> Tensor | None:
+        """The rows (ascending) whose move the bounds do not rule out; None for all (the
+        first pass)."""
+        if self.first:
+            self.first = False
+            return None
+        Na = N[labels]
+        wi = torch.ones_like(Na) if w is None else w.to(torch.float64)
+        leave = Na / (Na - wi).clamp(min=torch.finfo(torch.float64).tiny)
+        Nb = N[self.near]
+        n_min = N.min()
+        join = torch.minimum(Nb / (Nb + wi) * self.lower1.clamp(min=0.0).square(),
+                             n_min / (n_min + wi) * self.lower2.clamp(min=0.0).square())
+        may = (leave * self.upper.square() > join) & (Na > wi)
+        return torch.nonzero(may).flatten()
+
+    def reset(self, rows: slice | Tensor, d_a: Tensor, D_other: Tensor, X_sq: Tensor,
+              C_sq: Tensor) -> None:
+        """The bounds of ``rows`` from their squared distances to their own mean (``d_a``) and
+        to the others (``D_other``, ``inf`` at their own), widened by the expansion's rounding
+        (a few ulps of ``||x||^2 + max ||c||^2``)."""
+        eps = torch.finfo(d_a.dtype).eps
+        slack = (X_sq.to(torch.float64) + float(C_sq.max())) * (8 * eps)
+        two, at = D_other.topk(2, dim=1, largest=False)  # k >= 2: the second may be inf
+        self.upper[rows] = (d_a.to(torch.float64) + slack).sqrt()
+        self.near[rows] = at[:, 0]
+        self.lower1[rows] = (two[:, 0].to(torch.float64) - slack).clamp(min=0.0).sqrt()
+        self.lower2[rows] = (two[:, 1].to(torch.float64) - slack).clamp(min=0.0).sqrt()
+
+    def moved(self, rows: Tensor, shift: Tensor, labels: Tensor) -> None:
+        """After ``rows`` changed cluster and each mean moved by ``shift`` (k,): the moved rows
+        must be scored again, the others' bounds loosen by the shifts of the means they bound."""
+        self.upper[rows] = math.inf
+        self.upper += shift[labels]
+        self.lower1 -= shift[self.near]
+        top, at = shift.topk(2)
+        self.lower2 -= torch.where(labels == at[0], top[1], top[0])  # largest other shift
 
 
 def _ranked(data: Data, gain: Tensor) -> Tensor:
@@ -201,9 +290,11 @@ def hartigan(data: Data, labels: Tensor, k: int, *, max_passes: int = 100) -> Ha
                          f"{torch.nonzero(N <= 0).flatten().tolist()} are empty")
     moves = passes = 0
     converged = False
+    bounds = None if k < 2 or kernels.usable(data.X, k) else _Bounds(data.n, labels.device)
     while passes < max_passes:
         passes += 1
-        rows, target, gain = _candidates(data, C, N, labels)
+        rows, target, gain = _candidates(data, C, N, labels, bounds)
+        C_scored = C
         place = _ranked(data, gain)  # this rank's candidates among all, best first
         m = int(data.comm.sum_scalars(float(rows.numel()))[0])
         accepted = False
@@ -221,5 +312,10 @@ def hartigan(data: Data, labels: Tensor, k: int, *, max_passes: int = 100) -> Ha
         if not accepted:
             converged = True
             break
-        N, C = _means(data, labels, k)  # fresh means: no drift from the updates
+        if passes % REFRESH == 0:  # fresh means now and then: no drift from the updates
+            N, C = _means(data, labels, k)
+        if bounds is not None:
+            bounds.moved(rows[place < m], (C - C_scored).norm(dim=1), labels)
+    if moves:
+        N, C = _means(data, labels, k)
     return HartiganResult(C, labels, passes, moves, converged)

