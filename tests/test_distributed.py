@@ -53,6 +53,14 @@ def _data() -> tuple[np.ndarray, np.ndarray]:
     return X, w
 
 
+def _hartigan_data() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Wide overlapping blobs, weights, and a random start in which every cluster holds rows."""
+    X, _ = make_blobs(n_samples=N, n_features=24, centers=K, cluster_std=4.0, random_state=4)
+    rng = np.random.default_rng(4)
+    start = np.concatenate([np.arange(K), rng.integers(0, K, N - K)]).astype(np.int64)
+    return X, np.linspace(0.5, 2.0, N), start
+
+
 def _part(a: np.ndarray, rank: int) -> np.ndarray:
     return a[:SPLIT] if rank == 0 else a[SPLIT:]
 
@@ -259,7 +267,20 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
         return {"centers": res.C.numpy(), "inertia": res.inertia, "n_iter": res.n_iter,
                 "labels": gather_rows(res.labels).numpy()}
 
-    out.update(bounded=bounded, swaps=swaps, memmap_shard=memmap_shard, seed_none=seed_none,
+    def hartigan_wide() -> Any:  # Hartigan's moves on 24 features: the bounded torch scoring
+        from rbfkmeans.comm import Comm
+        from rbfkmeans.hartigan import hartigan
+        from rbfkmeans.passes import Data
+
+        Xh, wh, start = _hartigan_data()
+        data = Data(torch.as_tensor(_part(Xh, rank)), torch.as_tensor(_part(wh, rank)),
+                    comm=Comm.auto())
+        res = hartigan(data, torch.as_tensor(_part(start, rank)), K)
+        return {"centers": res.C.numpy(), "n_passes": res.n_passes, "n_moves": res.n_moves,
+                "labels": gather_rows(res.labels).numpy()}
+
+    out.update(hartigan_wide=hartigan_wide, bounded=bounded, swaps=swaps,
+               memmap_shard=memmap_shard, seed_none=seed_none,
                tiny_shard=tiny_shard, relocation=relocation, callable_init=callable_init,
                float32=float32,
                too_few=too_few, nan_on_one_rank=nan_on_one_rank, widths_differ=widths_differ,
@@ -438,6 +459,23 @@ def test_swap_search_equals_single_process(ranks: list[dict[str, Any]]) -> None:
         assert (got["n_swaps"], got["n_trials"], got["n_iter"]) == \
             (ref.n_swaps, ref.n_trials, ref.n_iter)
         np.testing.assert_array_equal(got["labels"], ref.labels.numpy())
+
+
+def test_hartigan_on_wide_data_equals_single_process(ranks: list[dict[str, Any]]) -> None:
+    """Each rank bounds its own rows; the candidates and steps are those of one process."""
+    from rbfkmeans.hartigan import hartigan
+    from rbfkmeans.passes import Data
+
+    X, w, start = _hartigan_data()
+    ref = hartigan(Data(torch.as_tensor(X), torch.as_tensor(w)), torch.as_tensor(start), K)
+    assert ref.n_moves > 0
+    assert ref.converged
+    for res in ranks:
+        got = res["hartigan_wide"]
+        assert not isinstance(got, tuple), got
+        assert (got["n_passes"], got["n_moves"]) == (ref.n_passes, ref.n_moves)
+        np.testing.assert_array_equal(got["labels"], ref.labels.numpy())
+        np.testing.assert_allclose(got["centers"], ref.C.numpy(), rtol=1e-12, atol=1e-12)
 
 
 def test_bounded_lloyd_equals_single_process(ranks: list[dict[str, Any]]) -> None:
