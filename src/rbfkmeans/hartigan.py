@@ -315,7 +315,7 @@ def hartigan(data: Data, labels: Tensor, k: int, *, max_passes: int = 100) -> Ha
         if passes % REFRESH == 0:  # fresh means now and then: no drift from the updates
             N, C = _means(data, labels, k)
         if bounds is not None:
-            bounds.moved(rows[place < m], (C - C_scored).norm(dim=1), labels)
+            bounds.moved(rows[mine], (C - C_scored).norm(dim=1), labels)
     if moves:
         N, C = _means(data, labels, k)
     return HartiganResult(C, labels, passes, moves, converged)
