@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rbfkmeans import kernels
-from rbfkmeans.bounds import BoundedAssignment
+from rbfkmeans.bounds import MOVERS, MOVERS_MIN_K, BoundedAssignment
 from rbfkmeans.lloyd import BOUNDS_MIN_ENTRIES, BOUNDS_OVER_KERNEL, _lloyd_update, lloyd
 from rbfkmeans.passes import Data, cluster_stats, nearest
 
@@ -42,6 +42,55 @@ def test_each_pass_equals_the_full_pass(seed: int, n: int, d: int, k: int, weigh
         torch.testing.assert_close(got.N, full.N, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(got.S, full.S, rtol=1e-12, atol=1e-9)
         C, _ = _lloyd_update(data, C, full)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(300, 900), d=st.integers(1, 5),
+       k=st.integers(MOVERS_MIN_K, MOVERS_MIN_K + 40), jumps=st.integers(0, 2 * MOVERS),
+       weighted=st.booleans())
+def test_passes_after_a_few_large_moves_equal_the_full_pass(
+        seed: int, n: int, d: int, k: int, jumps: int, weighted: bool) -> None:
+    """With ``k >= MOVERS_MIN_K`` the points in doubt take exact distances to the centroids
+    that moved most: after Lloyd steps in which ``jumps`` centroids also leap to random points
+    (a swap trial's halves, a relocation), every bounded pass gives the full pass's labels and
+    sums (float64 data; the leaps land off the data, as ties are the module's one caveat)."""
+    X = _blobs(seed, n, d, 12)
+    w = torch.rand(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) \
+        if weighted else None
+    data = Data(X, w, chunk_size=97)
+    g = torch.Generator().manual_seed(seed + 1)
+    C = X[torch.randperm(n, generator=g)[:k]].clone()
+    bounded = BoundedAssignment(data)
+    for _ in range(6):
+        full = cluster_stats(data, C, 0.0, "hard", return_labels=True, objective=False)
+        got = bounded(C)
+        assert torch.equal(got.labels, full.labels)
+        torch.testing.assert_close(got.N, full.N, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(got.S, full.S, rtol=1e-12, atol=1e-9)
+        C, _ = _lloyd_update(data, C, full)
+        leap = torch.randperm(k, generator=g)[:jumps]
+        C[leap] = X[torch.randint(0, n, (jumps,), generator=g)] \
+            + 0.1 * torch.randn(jumps, d, generator=g, dtype=X.dtype)  # no exact ties
+
+
+def test_a_few_large_moves_leave_the_far_points_alone() -> None:
+    """One centroid relocated across the data loosens Hamerly's single lower bound of every
+    point; with its exact distances (a mover) the points near neither of its places keep their
+    labels without all k distances."""
+    X = _blobs(3, 6000, 2, 100)
+    data = Data(X)
+    C = lloyd(data, X[:MOVERS_MIN_K].clone(), bounds=False).C
+    bounded = BoundedAssignment(data)
+    bounded(C)
+    C = C.clone()
+    C[0] = X[-1]  # a leap
+    before = bounded.n_full
+    got = bounded(C)
+    full = cluster_stats(data, C, 0.0, "hard", return_labels=True, objective=False)
+    assert torch.equal(got.labels, full.labels)
+    changed = int((got.labels == 0).sum()) + int((full.labels != bounded.labels).sum())
+    assert bounded.n_full - before < data.n // 4  # Hamerly alone: every point in doubt
+    assert changed > 0
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -251,13 +251,14 @@ def test_estimator_last_look_grows_with_k(k: int, schedule: str, look: int,
     assert moves[1:] == [1] * (len(moves) - 1)
 
 
-@pytest.mark.parametrize("abbreviated", [True, False])
+@pytest.mark.parametrize(("abbreviated", "race_rows"), [(True, 32), (True, 10**6), (False, 32)])
 def test_an_abbreviated_annealing_races_a_kmeanspp_start(monkeypatch: pytest.MonkeyPatch,
-                                                        abbreviated: bool) -> None:
-    """When the annealing is abbreviated (large ``n k d``) its polished result races a k-means++
-    start polished on the same rows, and the lower J goes on to the search: an annealing that
-    put every centroid in one blob (forced here) is rescued by the rival, to scikit-learn's
-    KMeans(n_init=10) inertia on well-separated blobs; a full annealing is not second-guessed."""
+                                                        abbreviated: bool, race_rows: int) -> None:
+    """When the annealing is abbreviated (large ``n k d``) it races a k-means++ start, both
+    polished on a subsample (``race_rows`` per centroid: 192 of 3,000 rows, or all of them),
+    and the lower J goes on to the polish and the search: an annealing that put every centroid
+    in one blob (forced here) is rescued by the rival, to scikit-learn's KMeans(n_init=10)
+    inertia on well-separated blobs; a full annealing is not second-guessed."""
     from sklearn.cluster import KMeans
     from sklearn.datasets import make_blobs
 
@@ -274,6 +275,7 @@ def test_an_abbreviated_annealing_races_a_kmeanspp_start(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(runs, "_anneal", poor_annealing)
     monkeypatch.setattr(runs, "ANNEAL_WORK", 0 if abbreviated else 1 << 62)
+    monkeypatch.setattr(runs, "RACE_ROWS_PER_CLUSTER", race_rows)
     est = RBFKMeans(k, max_swaps=0, random_state=0).fit(X)
     J_ref = KMeans(k, n_init=10, random_state=0).fit(X).inertia_
     if abbreviated:
@@ -281,3 +283,34 @@ def test_an_abbreviated_annealing_races_a_kmeanspp_start(monkeypatch: pytest.Mon
         assert adjusted_rand_score(y, est.labels_) == 1.0
     else:
         assert est.inertia_ > 10 * J_ref  # the forced start, polished: no rival ran
+
+
+def test_an_annealing_that_wins_the_race_goes_on_unchanged(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """A rival that loses the race (forced: every k-means++ centroid in one blob) leaves the
+    fit as it is without a race: the annealed centroids themselves go on to the polish."""
+    from sklearn.datasets import make_blobs
+
+    from rbfkmeans import runs
+
+    X, _ = make_blobs(3000, 8, centers=6, cluster_std=0.3, center_box=(-20, 20),
+                      random_state=3)
+    k = 6
+    monkeypatch.setattr(runs, "ANNEAL_WORK", 0)
+    with monkeypatch.context() as m:
+        m.setattr(runs, "_race", lambda est, search, C, gen, seed: (C, None, 0))
+        unraced = RBFKMeans(k, max_swaps=0, random_state=0).fit(X)
+    starts = runs.initial_centers
+    rivals: list[str] = []
+
+    def poor_rival(data, n_clusters, init, **kwargs):  # type: ignore[no-untyped-def]
+        if init != "k-means++":
+            return starts(data, n_clusters, init, **kwargs)
+        rivals.append(init)
+        return data.X[:n_clusters].clone() * 0.0 + data.X[0]  # k copies of one row
+
+    monkeypatch.setattr(runs, "initial_centers", poor_rival)
+    raced = RBFKMeans(k, max_swaps=0, random_state=0).fit(X)
+    assert rivals == ["k-means++"]
+    assert raced.inertia_ == unraced.inertia_
+    np.testing.assert_array_equal(raced.labels_, unraced.labels_)
