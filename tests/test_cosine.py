@@ -30,8 +30,8 @@ from rbfkmeans.schedules import (
     critical_temperature,
     geometric_schedule,
     sphere_eigmax,
-    sphere_spread,
 )
+from rbfkmeans.spread import sphere_spread
 from rbfkmeans.streaming import macqueen_updates
 
 

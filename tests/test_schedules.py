@@ -11,12 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rbfkmeans.schedules import (
-    SAMPLE_SPREAD_MIN_DIM,
-    covariance_eigmax,
-    covariance_spread,
     critical_temperature,
     critical_temperature_factor,
     geometric_schedule,
+)
+from rbfkmeans.spread import (
+    SAMPLE_SPREAD_MIN_DIM,
+    covariance_eigmax,
+    covariance_spread,
     sphere_spread,
     top_eigenpair,
 )

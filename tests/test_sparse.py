@@ -23,7 +23,8 @@ from sklearn.metrics import adjusted_rand_score
 from rbfkmeans import RBFKMeans
 from rbfkmeans.frame import Frame
 from rbfkmeans.passes import Data, cluster_stats, nearest
-from rbfkmeans.sparse import SparseRows, dense, is_sparse, sparse_spread
+from rbfkmeans.sparse import SparseRows, dense, is_sparse
+from rbfkmeans.spread import sparse_spread
 from rbfkmeans.subspace import principal_subspace
 
 

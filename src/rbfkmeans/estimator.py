@@ -60,21 +60,21 @@ from .online import OnlineFitMixin
 from .passes import Data, cluster_stats
 from .repeats import fold_repeats
 from .runs import Temperatures, fit_run, run_schedules
-from .schedules import (
+from .schedules import critical_temperature_factor, sphere_eigmax
+from .seeding import weighted_mean
+from .sparse import SparseRows, is_sparse
+from .spread import (
     SAMPLE_SPREAD_MIN_DIM,
     covariance_eigmax,
     covariance_spread,
-    critical_temperature_factor,
-    sphere_eigmax,
+    sparse_spread,
     sphere_spread,
 )
-from .seeding import weighted_mean
-from .sparse import SparseRows, is_sparse, sparse_spread
 
 __all__ = ["RBFKMeans"]
 
 
-#: wide data (``schedules.SAMPLE_SPREAD_MIN_DIM`` features on) with more rows than this takes
+#: wide data (``spread.SAMPLE_SPREAD_MIN_DIM`` features on) with more rows than this takes
 #: ``lambda_max`` of its covariance (``T_c``) from a random sample of this many rows
 SPREAD_SAMPLE = 4096
 

@@ -54,7 +54,7 @@ from ._validation import check_matrix, check_temperature, check_tensor
 from .assignments import Assignment, get_assignment
 from .distances import chunk_rows, row_norms_sq
 from .passes import Data, check_data
-from .schedules import top_eigenpair
+from .spread import top_eigenpair
 
 __all__ = ["GroupStats", "group_memberships", "group_stats"]
 
@@ -316,7 +316,7 @@ def _top_eigenpairs_matrix_free(X: Tensor, C: Tensor, split: Tensor,
                                 scale: Tensor) -> tuple[Tensor, Tensor]:
     r"""The largest eigenvalue (g',) and a unit eigenvector (g', d) of each gain matrix
     ``scale_j A_j``, ``A_j = sum_i u_i (x_i - c_j)(x_i - c_j)^T`` over the support ``(rows,
-    u)`` of group ``split[j]``: :func:`rbfkmeans.schedules.top_eigenpair` of the support's rows
+    u)`` of group ``split[j]``: :func:`rbfkmeans.spread.top_eigenpair` of the support's rows
     less ``c_j``, ``O(n_j d)`` per Lanczos step, no ``d x d`` matrix."""
     vals = torch.zeros(len(supports), dtype=torch.float64)
     vecs = torch.zeros(len(supports), C.shape[1], dtype=torch.float64)

@@ -26,7 +26,6 @@ uncentred.
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TypeGuard
@@ -38,7 +37,7 @@ from torch import Tensor
 
 from .metrics import _zero_row_error
 
-__all__ = ["SparseRows", "dense", "is_sparse", "sparse_spread"]
+__all__ = ["SparseRows", "dense", "is_sparse"]
 
 
 def is_sparse(X: Any) -> TypeGuard[SparseRows]:
@@ -442,74 +441,3 @@ _HANDLERS: dict[str, Callable[..., Any]] = {
     "__rmatmul__": _rmatmul, "mm": _matmul, "index_add_": _index_add_, "einsum": _einsum,
     "mul": _mul, "__mul__": _mul, "__rmul__": _mul, "aminmax": _aminmax, "cat": _cat,
 }
-
-
-@torch.no_grad()
-def sparse_spread(X: SparseRows, w: Tensor | None = None, *, sample: int | None = None,
-                  seed: int = 0, tangent: bool = False) -> tuple[float, float, Tensor]:
-    r"""The spread of sparse rows without centring them: the mean feature variance
-    ``tr(Sigma) / d``, the largest eigenvalue of ``Sigma`` and the weighted mean ``mu`` (d,),
-    all in float64, from
-
-    .. math::
-
-        \Sigma v = \frac{1}{\sum w} X^T (w \odot X v) - \mu (\mu \cdot v), \qquad
-        \operatorname{tr} \Sigma = \frac{\sum_i w_i \|x_i\|^2}{\sum w} - \|\mu\|^2,
-
-    the eigenvalue by Lanczos (ARPACK) on these products (of ``sample`` random rows when
-    given and there are more). With ``tangent`` (unit rows: spherical k-means' first split,
-    :func:`rbfkmeans.schedules.sphere_spread`) the eigenvalue is that of ``P Sigma P``,
-    ``P = I - mu_hat mu_hat^T``. ``(0, 0, 0)`` when the weights sum to zero."""
-    if not isinstance(X, SparseRows):
-        raise TypeError(f"X must be SparseRows; got {type(X).__name__}")
-    n, d = X.shape
-    if w is not None and (not isinstance(w, Tensor) or w.shape != (n,)
-                          or not bool(torch.isfinite(w).all()) or bool((w < 0).any())):
-        raise ValueError(f"w must be a finite non-negative tensor of shape ({n},); got "
-                         f"{w if not isinstance(w, Tensor) else tuple(w.shape)}")
-    ww = torch.ones(n, dtype=torch.float64, device=X.device) if w is None else w.double()
-    tot = float(ww.sum())
-    if not tot > 0:
-        return 0.0, 0.0, torch.zeros(d, dtype=torch.float64)
-    Xd = X.double()
-    mu = Xd.tmm(ww) / tot  # (d,)
-    trace = max(float(Xd.square().sum(dim=1) @ ww) / tot - float(mu @ mu), 0.0)
-    if sample is not None and n > sample:
-        rows = torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:sample]
-        Xs, ws = Xd[rows], ww[rows.to(ww.device)]
-    else:
-        Xs, ws = Xd, ww
-    tot_s = float(ws.sum())
-    if not tot_s > 0 or min(Xs.shape) < 1 or trace == 0.0:  # no spread: nothing to find
-        return trace / d, 0.0, mu.cpu()
-    A = Xs.scipy()
-    mu_s = A.T @ ws.cpu().numpy() / tot_s
-    u = ws.cpu().numpy() / tot_s
-
-    mu_np = mu.cpu().numpy()
-    r = float(np.linalg.norm(mu_np))
-    u_hat = mu_np / r if tangent and r > 0 else None
-
-    def apply(v: np.ndarray) -> np.ndarray:
-        v = np.asarray(v).reshape(-1)
-        if u_hat is not None:
-            v = v - u_hat * (u_hat @ v)
-        out = A.T @ (u * (A @ v)) - mu_s * (mu_s @ v)
-        return out if u_hat is None else out - u_hat * (u_hat @ out)
-
-    from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, LinearOperator, eigsh
-
-    op = LinearOperator((d, d), matvec=apply, dtype=np.float64)
-    if d <= 2:
-        M = np.stack([apply(e) for e in np.eye(d)], axis=1)
-        lam = float(np.linalg.eigvalsh(M).max())
-    else:
-        v0 = np.random.RandomState(seed).standard_normal(d)
-        try:
-            lam = float(eigsh(op, k=1, which="LA", v0=v0, tol=1e-6,
-                              return_eigenvectors=False)[0])
-        except ArpackNoConvergence as exc:  # the best Ritz value found
-            lam = float(np.max(exc.eigenvalues)) if len(exc.eigenvalues) else trace
-        except ArpackError:  # a sample without spread (the starting vector vanishes)
-            lam = 0.0
-    return trace / d, max(lam, 0.0) if math.isfinite(lam) else trace, mu.cpu()

@@ -15,8 +15,8 @@ from scipy.optimize import linear_sum_assignment
 from ..distances import sq_distances
 from ..lloyd import lloyd
 from ..passes import Data
-from ..schedules import covariance_eigmax
 from ..seeding import kmeans_plusplus
+from ..spread import covariance_eigmax
 from .datasets import DATASETS, Dataset, make_dataset
 
 __all__ = [

@@ -30,7 +30,7 @@ from ..assignments import get_mapping
 from ..distances import shifted_scores, sq_distances
 from ..objectives import entropy_bound, kmeans_objective, soft_objective
 from ..passes import Data
-from ..schedules import covariance_eigmax
+from ..spread import covariance_eigmax
 from ._common import Context, DatasetContext, fit_exponential, fit_power, margins
 from .datasets import make_dataset
 
