@@ -279,7 +279,30 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
         return {"centers": res.C.numpy(), "n_passes": res.n_passes, "n_moves": res.n_moves,
                 "labels": gather_rows(res.labels).numpy()}
 
-    out.update(hartigan_wide=hartigan_wide, bounded=bounded, swaps=swaps,
+    def movers() -> Any:  # k >= MOVERS_MIN_K: the movers' exact distances on each rank's rows
+        from rbfkmeans.bounds import MOVERS_MIN_K
+        from rbfkmeans.comm import Comm
+        from rbfkmeans.lloyd import lloyd
+        from rbfkmeans.passes import Data
+
+        data = Data(torch.as_tensor(Xl), torch.as_tensor(wl), comm=Comm.auto())
+        res = lloyd(data, torch.as_tensor(X[:MOVERS_MIN_K + 6]), bounds=True)
+        return {"centers": res.C.numpy(), "inertia": res.inertia, "n_iter": res.n_iter,
+                "labels": gather_rows(res.labels).numpy()}
+
+    def race() -> Any:  # an abbreviated annealing races k-means++ on a subsample of all ranks
+        from rbfkmeans import runs
+
+        work = runs.ANNEAL_WORK
+        runs.ANNEAL_WORK = 0
+        try:
+            est = rk.RBFKMeans(K, random_state=0).fit(Xl, sample_weight=wl)
+        finally:
+            runs.ANNEAL_WORK = work
+        return _fitted(est)
+
+    out.update(hartigan_wide=hartigan_wide, bounded=bounded, swaps=swaps, movers=movers,
+               race=race,
                memmap_shard=memmap_shard, seed_none=seed_none,
                tiny_shard=tiny_shard, relocation=relocation, callable_init=callable_init,
                float32=float32,
@@ -492,6 +515,41 @@ def test_bounded_lloyd_equals_single_process(ranks: list[dict[str, Any]]) -> Non
         assert got["inertia"] == pytest.approx(ref.inertia, rel=1e-12)
         assert got["n_iter"] == ref.n_iter
         np.testing.assert_array_equal(got["labels"], ref.labels.numpy())
+
+
+def test_bounded_lloyd_with_movers_equals_single_process(ranks: list[dict[str, Any]]) -> None:
+    from rbfkmeans.bounds import MOVERS_MIN_K
+    from rbfkmeans.lloyd import lloyd
+    from rbfkmeans.passes import Data
+
+    X, w = _data()
+    data = Data(torch.as_tensor(X), torch.as_tensor(w))
+    ref = lloyd(data, torch.as_tensor(X[:MOVERS_MIN_K + 6]), bounds=False)
+    for res in ranks:
+        got = res["movers"]
+        assert not isinstance(got, tuple), got
+        np.testing.assert_allclose(got["centers"], ref.C.numpy(), rtol=1e-12, atol=1e-12)
+        assert got["inertia"] == pytest.approx(ref.inertia, rel=1e-12)
+        assert got["n_iter"] == ref.n_iter
+        np.testing.assert_array_equal(got["labels"], ref.labels.numpy())
+
+
+def test_the_race_of_an_abbreviated_annealing_equals_single_process(
+        ranks: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    from rbfkmeans import runs
+
+    X, w = _data()
+    monkeypatch.setattr(runs, "ANNEAL_WORK", 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = rk.RBFKMeans(K, random_state=0).fit(X, sample_weight=w)
+    for res, rows in zip(ranks, (slice(0, SPLIT), slice(SPLIT, N)), strict=True):
+        got = res["race"]
+        assert not isinstance(got, tuple), got
+        np.testing.assert_allclose(got["centers"], ref.cluster_centers_, rtol=0, atol=1e-6)
+        assert got["inertia"] == pytest.approx(ref.inertia_, rel=1e-9)
+        assert got["n_iter"] == ref.n_iter_
+        np.testing.assert_array_equal(got["labels"], ref.labels_[rows])
 
 
 @pytest.mark.parametrize(
