@@ -204,8 +204,9 @@ def sphere_spread(
     Returns ``(trace(Sigma) / d, lambda_max(P Sigma P), ||mu||)`` with ``mu`` the weighted mean
     of the rows, ``Sigma`` their weighted (biased) covariance and ``P = I - mu_hat mu_hat^T``
     (:mod:`rbfkmeans.schedules`, on the sphere); the same chunked float64 passes as
-    :func:`covariance_spread`. ``X`` must already be normalised (:func:`rbfkmeans.metrics.normalize_rows`). ``(0, 0, 0)`` when
-    the weights sum to zero; with ``mu = 0`` there is no mean direction and ``P = I``.
+    :func:`covariance_spread`. ``X`` must already be normalised
+    (:func:`rbfkmeans.metrics.normalize_rows`). ``(0, 0, 0)`` when the weights sum to zero;
+    with ``mu = 0`` there is no mean direction and ``P = I``.
     ``sample``: as in :func:`covariance_spread` (``lambda_max(P Sigma P)`` of a random sample of
     rows, matrix-free, on wide data with more rows than that).
     """
