@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 import torch
@@ -22,6 +24,22 @@ def _blobs(seed: int, n: int, d: int, centers: int, dtype: torch.dtype = torch.f
     return (X + torch.randn(n, d, generator=g, dtype=torch.float64)).to(dtype)
 
 
+def _passes_equal_full_passes(data: Data, C: torch.Tensor, steps: int,
+                              leap: Callable[[torch.Tensor], None] | None = None) -> None:
+    """Along Lloyd steps from ``C`` (each followed by ``leap(C)``, in place, when given) every
+    bounded pass gives the full pass's labels, and its float64 sums equal the full pass's."""
+    bounded = BoundedAssignment(data)
+    for _ in range(steps):
+        full = cluster_stats(data, C, 0.0, "hard", return_labels=True, objective=False)
+        got = bounded(C)
+        assert torch.equal(got.labels, full.labels)
+        torch.testing.assert_close(got.N, full.N, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(got.S, full.S, rtol=1e-12, atol=1e-9)
+        C, _ = _lloyd_update(data, C, full)
+        if leap is not None:
+            leap(C)
+
+
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(20, 600), d=st.integers(1, 6),
        k=st.integers(1, 12), weighted=st.booleans(), chunk=st.sampled_from([None, 7, 64]))
@@ -34,14 +52,7 @@ def test_each_pass_equals_the_full_pass(seed: int, n: int, d: int, k: int, weigh
         if weighted else None
     data = Data(X, w, chunk_size=chunk)
     C = X[torch.randperm(n, generator=torch.Generator().manual_seed(seed + 1))[: min(k, n)]]
-    bounded = BoundedAssignment(data)
-    for _ in range(8):
-        full = cluster_stats(data, C, 0.0, "hard", return_labels=True, objective=False)
-        got = bounded(C)
-        assert torch.equal(got.labels, full.labels)
-        torch.testing.assert_close(got.N, full.N, rtol=1e-12, atol=1e-12)
-        torch.testing.assert_close(got.S, full.S, rtol=1e-12, atol=1e-9)
-        C, _ = _lloyd_update(data, C, full)
+    _passes_equal_full_passes(data, C, 8)
 
 
 @settings(max_examples=20, deadline=None)
@@ -60,17 +71,13 @@ def test_passes_after_a_few_large_moves_equal_the_full_pass(
     data = Data(X, w, chunk_size=97)
     g = torch.Generator().manual_seed(seed + 1)
     C = X[torch.randperm(n, generator=g)[:k]].clone()
-    bounded = BoundedAssignment(data)
-    for _ in range(6):
-        full = cluster_stats(data, C, 0.0, "hard", return_labels=True, objective=False)
-        got = bounded(C)
-        assert torch.equal(got.labels, full.labels)
-        torch.testing.assert_close(got.N, full.N, rtol=1e-12, atol=1e-12)
-        torch.testing.assert_close(got.S, full.S, rtol=1e-12, atol=1e-9)
-        C, _ = _lloyd_update(data, C, full)
-        leap = torch.randperm(k, generator=g)[:jumps]
-        C[leap] = X[torch.randint(0, n, (jumps,), generator=g)] \
-            + 0.1 * torch.randn(jumps, d, generator=g, dtype=X.dtype)  # no exact ties
+
+    def leap(C: torch.Tensor) -> None:  # to random rows, moved off them: no exact ties
+        moved = torch.randperm(k, generator=g)[:jumps]
+        C[moved] = X[torch.randint(0, n, (jumps,), generator=g)] \
+            + 0.1 * torch.randn(jumps, d, generator=g, dtype=X.dtype)
+
+    _passes_equal_full_passes(data, C, 6, leap)
 
 
 def test_a_few_large_moves_leave_the_far_points_alone() -> None:
