@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rbfkmeans import RBFKMeans
@@ -178,10 +178,15 @@ def test_the_compiled_scoring_equals_the_torch_scoring(seed: int, n: int, d: int
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(20, 400), d=st.integers(17, 40),
        k=st.integers(2, 12), weighted=st.booleans(), single=st.booleans())
+@example(seed=483, n=276, d=25, k=11, weighted=False, single=True)
 def test_the_bounded_passes_take_the_steps_of_full_passes(
         seed: int, n: int, d: int, k: int, weighted: bool, single: bool) -> None:
     """Many features (the torch scoring): passes that score only the rows the bounds leave
-    reach the same labels, means, passes and moves as passes scoring every row."""
+    reach the same labels, means, passes and moves as passes scoring every row (float64). In
+    float32 a move whose gain is within rounding of zero may be taken by one and not the other:
+    the products of a gathered block of rows round differently from those of a whole chunk
+    (seed 483, n 276, d 25, k 11 took 21 passes and 607 moves against 20 and 601, to the same
+    labels), so there both must end at the same objective."""
     import rbfkmeans.hartigan as H
 
     k = min(k, n)
@@ -202,10 +207,21 @@ def test_the_bounded_passes_take_the_steps_of_full_passes(
         bounded = hartigan(data, torch.from_numpy(labels), k, max_passes=1000)
         patch.setattr(H, "_Bounds", lambda n, device: None)
         full = hartigan(data, torch.from_numpy(labels), k, max_passes=1000)
+    assert len(scored) == bounded.n_passes  # the bounds were in use at every pass
+    if single:
+        def inertia(lab: torch.Tensor) -> float:  # float64, from the labels
+            total = 0.0
+            for j in range(k):
+                m = lab.numpy() == j
+                if m.any():
+                    mu = np.average(X[m], axis=0, weights=w[m])
+                    total += float(w[m] @ ((X[m] - mu) ** 2).sum(axis=1))
+            return total
+        assert inertia(bounded.labels) == pytest.approx(inertia(full.labels), rel=1e-5)
+        return
     assert torch.equal(bounded.labels, full.labels)
     assert (bounded.n_passes, bounded.n_moves) == (full.n_passes, full.n_moves)
     torch.testing.assert_close(bounded.C, full.C, rtol=0, atol=0)
-    assert len(scored) == bounded.n_passes  # the bounds were in use at every pass
 
 
 def test_the_bounds_rule_out_rows_far_from_every_boundary() -> None:
