@@ -257,13 +257,13 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
                 "n_trials": res.n_trials, "n_iter": res.n_iter,
                 "labels": gather_rows(res.labels).numpy()}
 
-    def bounded() -> Any:  # the bounded passes keep per-rank sums and reduce them every call
-        from rbfkmeans.comm import Comm
+    def bounded_lloyd(k: int) -> Any:  # per-rank bounds (and, k >= 64, the movers), sums
+        from rbfkmeans.comm import Comm  # reduced every call
         from rbfkmeans.lloyd import lloyd
         from rbfkmeans.passes import Data
 
         data = Data(torch.as_tensor(Xl), torch.as_tensor(wl), comm=Comm.auto())
-        res = lloyd(data, torch.as_tensor(X[:K]), bounds=True)
+        res = lloyd(data, torch.as_tensor(X[:k]), bounds=True)
         return {"centers": res.C.numpy(), "inertia": res.inertia, "n_iter": res.n_iter,
                 "labels": gather_rows(res.labels).numpy()}
 
@@ -279,17 +279,6 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
         return {"centers": res.C.numpy(), "n_passes": res.n_passes, "n_moves": res.n_moves,
                 "labels": gather_rows(res.labels).numpy()}
 
-    def movers() -> Any:  # k >= MOVERS_MIN_K: the movers' exact distances on each rank's rows
-        from rbfkmeans.bounds import MOVERS_MIN_K
-        from rbfkmeans.comm import Comm
-        from rbfkmeans.lloyd import lloyd
-        from rbfkmeans.passes import Data
-
-        data = Data(torch.as_tensor(Xl), torch.as_tensor(wl), comm=Comm.auto())
-        res = lloyd(data, torch.as_tensor(X[:MOVERS_MIN_K + 6]), bounds=True)
-        return {"centers": res.C.numpy(), "inertia": res.inertia, "n_iter": res.n_iter,
-                "labels": gather_rows(res.labels).numpy()}
-
     def race() -> Any:  # an abbreviated annealing races k-means++ on a subsample of all ranks
         from rbfkmeans import runs
 
@@ -301,7 +290,8 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
             runs.ANNEAL_WORK = work
         return _fitted(est)
 
-    out.update(hartigan_wide=hartigan_wide, bounded=bounded, swaps=swaps, movers=movers,
+    out.update(hartigan_wide=hartigan_wide, bounded=lambda: bounded_lloyd(K),
+               movers=lambda: bounded_lloyd(70), swaps=swaps,
                race=race,
                memmap_shard=memmap_shard, seed_none=seed_none,
                tiny_shard=tiny_shard, relocation=relocation, callable_init=callable_init,
@@ -501,32 +491,21 @@ def test_hartigan_on_wide_data_equals_single_process(ranks: list[dict[str, Any]]
         np.testing.assert_allclose(got["centers"], ref.C.numpy(), rtol=1e-12, atol=1e-12)
 
 
-def test_bounded_lloyd_equals_single_process(ranks: list[dict[str, Any]]) -> None:
-    from rbfkmeans.lloyd import lloyd
-    from rbfkmeans.passes import Data
-
-    X, w = _data()
-    data = Data(torch.as_tensor(X), torch.as_tensor(w))
-    ref = lloyd(data, torch.as_tensor(X[:K]), bounds=False)
-    for res in ranks:
-        got = res["bounded"]
-        assert not isinstance(got, tuple), got
-        np.testing.assert_allclose(got["centers"], ref.C.numpy(), rtol=1e-12, atol=1e-12)
-        assert got["inertia"] == pytest.approx(ref.inertia, rel=1e-12)
-        assert got["n_iter"] == ref.n_iter
-        np.testing.assert_array_equal(got["labels"], ref.labels.numpy())
-
-
-def test_bounded_lloyd_with_movers_equals_single_process(ranks: list[dict[str, Any]]) -> None:
+@pytest.mark.parametrize(("name", "k"), [("bounded", K), ("movers", 70)])
+def test_bounded_lloyd_equals_single_process(ranks: list[dict[str, Any]], name: str,
+                                             k: int) -> None:
+    """Hamerly's bounds (k = 6) and, from ``bounds.MOVERS_MIN_K`` centroids on (k = 70), the
+    movers' exact distances: each rank bounds its own rows, the steps are one process's."""
     from rbfkmeans.bounds import MOVERS_MIN_K
     from rbfkmeans.lloyd import lloyd
     from rbfkmeans.passes import Data
 
+    assert (k >= MOVERS_MIN_K) == (name == "movers")
     X, w = _data()
     data = Data(torch.as_tensor(X), torch.as_tensor(w))
-    ref = lloyd(data, torch.as_tensor(X[:MOVERS_MIN_K + 6]), bounds=False)
+    ref = lloyd(data, torch.as_tensor(X[:k]), bounds=False)
     for res in ranks:
-        got = res["movers"]
+        got = res[name]
         assert not isinstance(got, tuple), got
         np.testing.assert_allclose(got["centers"], ref.C.numpy(), rtol=1e-12, atol=1e-12)
         assert got["inertia"] == pytest.approx(ref.inertia, rel=1e-12)

@@ -169,7 +169,7 @@ class BoundedAssignment:
             u_r = u_r.clamp_(min=0.0).sqrt_()
             u[rows] = u_r
             z_r = z[rows]
-            still.append(rows[(z_r <= u_r) | ((z_r - u_r) * (z_r + u_r) <= 2.0 * e_r)])
+            still.append(rows[_in_doubt(z_r, u_r, e_r)])
         doubt = torch.cat(still)
         if doubt.numel() == 0:
             return
