@@ -811,8 +811,13 @@ def test_fit_rows_draws_k_means_plus_plus_starts_from_a_smaller_sample(
     np.testing.assert_array_equal(est.labels_, d2.argmin(1))
     assert est.inertia_ == pytest.approx(d2.min(1).sum(), rel=1e-10)
     seen.clear()
-    RBFKMeans(k, fit_rows=2000, random_state=0).fit(X)  # annealed: from the sample's mean
-    assert seen[0] == (2000, "mean")
+    annealed: list[int] = []
+    ladder = runs_mod.anneal_splits
+    monkeypatch.setattr(runs_mod, "anneal_splits",
+                        lambda data, *a, **kw: annealed.append(data.n) or ladder(data, *a, **kw))
+    RBFKMeans(k, fit_rows=2000, random_state=0).fit(X)  # annealed on the sample, from its mean
+    assert annealed == [2000]
+    assert not seen  # the ladder draws no start
     assert not folds
     seen.clear()
     RBFKMeans(k, assignment="hard", fit_rows=10_000, random_state=0).fit(X)  # no sample
@@ -903,8 +908,8 @@ def test_hartigan_polish_is_bounded_by_the_search_budget(monkeypatch: pytest.Mon
     calls: list[tuple[int, int]] = []
     real = E.hartigan
 
-    def spy(data, labels, k, *, max_passes):  # type: ignore[no-untyped-def]
-        out = real(data, labels, k, max_passes=max_passes)
+    def spy(data, labels, k, *, max_passes, **kw):  # type: ignore[no-untyped-def]
+        out = real(data, labels, k, max_passes=max_passes, **kw)
         calls.append((data.n, max_passes))
         assert out.n_passes <= max_passes
         return out
@@ -932,15 +937,22 @@ def test_no_hartigan_on_all_rows_after_an_unsettled_polish(monkeypatch: pytest.M
     rows_seen: list[int] = []
     real = E.hartigan
 
-    def spy(data, labels, k, *, max_passes):  # type: ignore[no-untyped-def]
+    floors: list[float] = []
+
+    def spy(data, labels, k, *, max_passes, min_gain=0.0):  # type: ignore[no-untyped-def]
         rows_seen.append(data.n)
-        return real(data, labels, k, max_passes=max_passes)
+        floors.append(min_gain)
+        return real(data, labels, k, max_passes=max_passes, min_gain=min_gain)
 
     monkeypatch.setattr(E, "hartigan", spy)
     rng = np.random.default_rng(0)
     X = np.concatenate([rng.normal(c, 1.0, size=(500, 3)) for c in range(6)])  # 3000 rows
-    RBFKMeans(8, random_state=0, subsample=16).fit(X)
+    est = RBFKMeans(8, random_state=0, subsample=16).fit(X)
     assert rows_seen[-1] == 3000  # settled: the moves ran on all rows
+    # on the search rows every paying batch counts; on all rows only those worth
+    # HARTIGAN_MIN_GAIN of J (J of the Lloyd fixed point they start from)
+    assert floors[:-1] == [0.0] * (len(floors) - 1)
+    assert floors[-1] == pytest.approx(E.HARTIGAN_MIN_GAIN * est.inertia_, rel=1e-3)
     rows_seen.clear()
     with pytest.warns(ConvergenceWarning, match="did not settle"):
         RBFKMeans(8, random_state=0, subsample=16, max_iter=1).fit(X)

@@ -115,6 +115,46 @@ def test_a_lloyd_fixed_point_that_is_not_a_hartigan_one() -> None:
     torch.testing.assert_close(res.C, torch.tensor([[-1.0], [1.6]], dtype=torch.float64))
 
 
+def test_min_gain_keeps_only_batches_that_pay_more() -> None:
+    """The Lloyd fixed point above has one paying move, worth 2 - 0.72 = 1.28: a ``min_gain``
+    below that takes it, one above leaves the partition as it is (converged: no move pays more
+    than that, no pass run beyond the first)."""
+    X = torch.tensor([[-1.0], [1.0], [2.2]], dtype=torch.float64)
+    start = torch.tensor([0, 0, 1])
+    taken = hartigan(Data(X), start, 2, min_gain=1.27)
+    assert (taken.labels.tolist(), taken.n_moves) == ([0, 1, 1], 1)
+    kept = hartigan(Data(X), start, 2, min_gain=1.29)
+    assert (kept.labels.tolist(), kept.n_moves, kept.n_passes, kept.converged) == \
+        ([0, 0, 1], 0, 1, True)
+    torch.testing.assert_close(kept.C, torch.tensor([[0.0], [2.2]], dtype=torch.float64))
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(6, 40), d=st.integers(1, 3),
+       k=st.integers(2, 4), weighted=st.booleans(), share=st.floats(0.0, 0.2))
+def test_every_batch_kept_under_min_gain_pays_more_than_it(
+        seed: int, n: int, d: int, k: int, weighted: bool, share: float) -> None:
+    """With ``min_gain = share J``: J falls by more than ``min_gain`` at every pass that
+    moves (passes replayed one at a time), and the end is where a further pass keeps nothing."""
+    X, w, labels = _problem(seed, n, d, k, weighted)
+    data = Data(torch.from_numpy(X), torch.from_numpy(w) if weighted else None)
+    floor = share * _partition_J(X, w, labels, k)
+    lab = torch.from_numpy(labels)
+    for _ in range(200):
+        step = hartigan(data, lab, k, max_passes=1, min_gain=floor)
+        if not step.n_moves:
+            assert step.converged
+            break
+        drop = _partition_J(X, w, lab.numpy(), k) - _partition_J(X, w, step.labels.numpy(), k)
+        assert drop > floor - 1e-9 * max(1.0, floor)
+        lab = step.labels
+    else:
+        raise AssertionError("the moves did not stop")
+    whole = hartigan(data, torch.from_numpy(labels), k, max_passes=1000, min_gain=floor)
+    assert whole.converged
+    assert torch.equal(whole.labels, lab)
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"labels": torch.tensor([0, 1, 2, 0])}, r"labels must lie in \[0, 2\)"),
     ({"labels": torch.tensor([0, 1, -1, 0])}, r"labels must lie in \[0, 2\)"),
@@ -124,6 +164,8 @@ def test_a_lloyd_fixed_point_that_is_not_a_hartigan_one() -> None:
     ({"labels": [0, 1, 0, 1]}, "labels must be an int64"),
     ({"k": 0}, "k"),
     ({"max_passes": 0}, "max_passes"),
+    ({"min_gain": -1.0}, "min_gain must be a finite number >= 0; got -1.0"),
+    ({"min_gain": float("nan")}, "min_gain must be a finite number >= 0; got nan"),
 ])
 def test_bad_arguments_are_named(kwargs: dict[str, object], message: str) -> None:
     args: dict[str, object] = {"data": Data(torch.arange(8.0).view(4, 2)),

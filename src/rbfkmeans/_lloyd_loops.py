@@ -146,19 +146,24 @@ def _own_score(X, i, CT, csq, a):
     return ga
 
 
-@njit(cache=True, nogil=True)
-def _moments(X, w, xs):
-    """``sum_i w_i ||x_i||^2``, filling ``xs`` (n,) with ``||x_i||^2`` unless it is empty."""
+@njit(parallel=True, cache=True, nogil=True)
+def _moments(X, w, xs, nb):
+    """``sum_i w_i ||x_i||^2`` (summed by blocks of rows in block order: the same on any number
+    of threads), filling ``xs`` (n,) with ``||x_i||^2`` unless it is empty."""
     n, d = X.shape
-    total = 0.0
-    for i in range(n):
-        s = 0.0
-        for t in range(d):
-            s += np.float64(X[i, t]) * np.float64(X[i, t])
-        if xs.shape[0]:
-            xs[i] = s
-        total += s * (np.float64(w[i]) if w.shape[0] else 1.0)
-    return total
+    block = (n + nb - 1) // nb
+    part = np.zeros((nb, 1))
+    for b in prange(nb):
+        total = 0.0
+        for i in range(b * block, min(n, (b + 1) * block)):
+            s = 0.0
+            for t in range(d):
+                s += np.float64(X[i, t]) * np.float64(X[i, t])
+            if xs.shape[0]:
+                xs[i] = s
+            total += s * (np.float64(w[i]) if w.shape[0] else 1.0)
+        part[b, 0] = total
+    return sum_blocks(part)[0]
 
 
 @njit(cache=True, nogil=True)
@@ -196,7 +201,7 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
     prev = np.zeros(n, dtype=np.int64)
     grouped = wide and group_of.shape[0] == k
     xs = np.empty(0 if wide and not grouped else n)  # the bounds' ||x_i||^2
-    moments = _moments(X, w, xs) if np.isfinite(target) or not wide or grouped else 0.0
+    moments = _moments(X, w, xs, nb) if np.isfinite(target) or not wide or grouped else 0.0
     ngroups = 0
     if grouped:
         for j in range(k):

@@ -62,7 +62,7 @@ import torch
 from torch import Tensor
 
 from . import kernels
-from ._validation import check_positive_int
+from ._validation import check_nonnegative, check_positive_int
 from .passes import Data, check_data
 
 __all__ = ["REFRESH", "ROUNDING", "HartiganResult", "hartigan", "holds_weight"]
@@ -269,13 +269,17 @@ def _batch_change(data: Data, C: Tensor, N: Tensor, rows: Tensor, source: Tensor
     return change, N_new, C + dS / N_new.clamp(min=1e-300).unsqueeze(1)
 
 
-def hartigan(data: Data, labels: Tensor, k: int, *, max_passes: int = 100) -> HartiganResult:
+def hartigan(data: Data, labels: Tensor, k: int, *, max_passes: int = 100,
+             min_gain: float = 0.0) -> HartiganResult:
     """Hartigan's moves from the partition ``labels`` (n,) of ``data`` into ``k`` non-empty
     clusters (this rank's rows under ``torch.distributed``), in batches (module docstring), for
-    at most ``max_passes`` passes."""
+    at most ``max_passes`` passes. ``min_gain``: a batch is kept only if it lowers ``J`` by more
+    than this (absolute); the first pass without one ends the polish (``converged``: no move
+    pays more than that). 0 keeps every paying batch: a Hartigan fixed point."""
     data = check_data(data)
     k = check_positive_int(k, "k")
     max_passes = check_positive_int(max_passes, "max_passes")
+    min_gain = check_nonnegative(min_gain, "min_gain")
     if not isinstance(labels, Tensor) or labels.shape != (data.n,) or labels.dtype != torch.long:
         raise ValueError(f"labels must be an int64 tensor of shape ({data.n},); got "
                          f"{getattr(labels, 'dtype', type(labels).__name__)} "
@@ -302,7 +306,7 @@ def hartigan(data: Data, labels: Tensor, k: int, *, max_passes: int = 100) -> Ha
             mine = place < m
             change, N_new, C_new = _batch_change(data, C, N, rows[mine], labels[rows[mine]],
                                                  target[mine])
-            if change < 0.0:
+            if change < -min_gain:
                 labels[rows[mine]] = target[mine]
                 N, C = N_new, C_new
                 moves += m
