@@ -87,6 +87,76 @@ def test_hard_pass_equals_the_torch_pass(seed: int, n: int, d: int, k: int,
     assert fused.n_soft == 0.0
 
 
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 700),
+       d=st.one_of(st.integers(1, 16), st.integers(17, 60)), k=st.integers(1, 45),
+       kind=st.sampled_from(SOFT), weighted=st.booleans(), objective=st.booleans(),
+       spread=st.sampled_from([0.02, 0.3, 5.0]))
+@example(seed=1, n=500, d=30, k=40, kind="entmax15", weighted=True, objective=True,
+         spread=5.0)  # every centroid a candidate: more than the insertion sort's 32
+def test_soft_pass_in_the_kernel_equals_the_chunked_pass(
+        seed: int, n: int, d: int, k: int, kind: str, weighted: bool, objective: bool,
+        spread: float) -> None:
+    """A soft pass in the group kernel (every group one centroid) gives the chunked torch pass's
+    ``N``, ``S``, ``F_T``, ``J`` and soft weight (float64), at temperatures where rows have one,
+    a few or every centroid as a candidate (the kernel's sorts by insertion and by merging)."""
+    from rbfkmeans import passes
+
+    X, w = _points(seed, n, d, weighted=weighted)
+    data = Data(X, w)
+    C = X[torch.randperm(n, generator=torch.Generator().manual_seed(seed))[: min(k, n)]] + 0.01
+    T = spread * float(torch.cdist(X, C).square().mean())
+    calls: list[str] = []
+    real = kernels.group_pass
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RBFKMEANS_KERNELS", "1")
+        mp.setattr(kernels, "group_pass", lambda *a, **kw: calls.append(a[4]) or real(*a, **kw))
+        mp.setattr(passes, "_soft_in_kernel", lambda *a: True)
+        fused = cluster_stats(data, C, T, kind, objective=objective)
+        assert calls == [kind]
+        mp.setattr(passes, "_soft_in_kernel", lambda *a: False)
+        plain = cluster_stats(data, C, T, kind, objective=objective)
+        assert len(calls) == 1
+    scale = float(X.abs().max()) * max(1.0, float(fused.N.sum()))
+    torch.testing.assert_close(fused.N, plain.N, rtol=1e-9, atol=1e-9 * n)
+    torch.testing.assert_close(fused.S, plain.S, rtol=1e-9, atol=1e-9 * scale)
+    for f in ("objective", "inertia", "n_soft"):
+        a, b = getattr(fused, f), getattr(plain, f)
+        assert (math.isnan(a) and math.isnan(b)) if not objective else \
+            a == pytest.approx(b, rel=1e-9, abs=1e-9 * max(1.0, abs(b)))
+
+
+def test_which_soft_passes_run_in_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Softmax up to KERNEL_SOFTMAX_MAX_K centroids; entmax-1.5 and sparsemax while a sample's
+    rows have at most KERNEL_CANDIDATES candidates on average (a cold temperature, not a hot
+    one); never with labels asked for, nor on the torch passes."""
+    from rbfkmeans import passes
+
+    X, _ = _points(3, 2000, 40)
+    data = Data(X)
+    calls: list[str] = []
+    real = kernels.group_pass
+    monkeypatch.setattr(kernels, "group_pass",
+                        lambda *a, **kw: calls.append(a[4]) or real(*a, **kw))
+    small, large = X[:passes.KERNEL_SOFTMAX_MAX_K] + 0.01, X[:100] + 0.01
+    mean_sq = float(torch.cdist(X, large).square().mean())
+    cold, hot = 1e-4 * mean_sq, 10.0 * mean_sq
+    for C, T, kind, fused in ((small, hot, "softmax", True),
+                              (large, cold, "softmax", False),
+                              (large, cold, "entmax15", True),
+                              (large, cold, "sparsemax", True),
+                              (large, hot, "entmax15", False),
+                              (large, hot, "sparsemax", False)):
+        calls.clear()
+        cluster_stats(data, C, T, kind)
+        assert calls == ([kind] if fused else []), (C.shape[0], T, kind)
+    calls.clear()
+    cluster_stats(data, large, cold, "entmax15", return_labels=True)
+    _torch_path(monkeypatch)
+    cluster_stats(data, large, cold, "entmax15")
+    assert calls == []
+
+
 def test_hard_pass_without_objective_or_labels(monkeypatch: pytest.MonkeyPatch) -> None:
     X, _ = _points(1, 400, 3)
     data = Data(X)

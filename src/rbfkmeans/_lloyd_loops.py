@@ -29,7 +29,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from ._loops import _add_row, _centroid_terms, _row_scores, hard_wide, sum_blocks
+from ._loops import _add_row, _centroid_terms, _row_scores, hard_wide, sq_norm, sum_blocks
 from ._wide_loops import bounded_wide, label_sums, move_rows
 
 __all__ = ["bounded", "lloyd"]
@@ -150,15 +150,13 @@ def _own_score(X, i, CT, csq, a):
 def _moments(X, w, xs, nb):
     """``sum_i w_i ||x_i||^2`` (summed by blocks of rows in block order: the same on any number
     of threads), filling ``xs`` (n,) with ``||x_i||^2`` unless it is empty."""
-    n, d = X.shape
+    n = X.shape[0]
     block = (n + nb - 1) // nb
     part = np.zeros((nb, 1))
     for b in prange(nb):
         total = 0.0
         for i in range(b * block, min(n, (b + 1) * block)):
-            s = 0.0
-            for t in range(d):
-                s += np.float64(X[i, t]) * np.float64(X[i, t])
+            s = sq_norm(X, i)  # as the passes' sums compute it: J's terms agree bit for bit
             if xs.shape[0]:
                 xs[i] = s
             total += s * (np.float64(w[i]) if w.shape[0] else 1.0)

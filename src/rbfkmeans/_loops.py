@@ -69,16 +69,38 @@ def _argmin(g):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def sq_norm(X, i):
+    """``||x_i||^2`` in float64: four partial sums over the features ``t = 0, 1, 2, 3 (mod 4)``,
+    added pairwise at the end. Four independent chains of additions, where one chain made a
+    pass over wide rows wait on its latency; the same order on every machine."""
+    d = X.shape[1]
+    s0 = s1 = s2 = s3 = 0.0
+    t = 0
+    while t + 4 <= d:
+        x0 = np.float64(X[i, t])
+        x1 = np.float64(X[i, t + 1])
+        x2 = np.float64(X[i, t + 2])
+        x3 = np.float64(X[i, t + 3])
+        s0 += x0 * x0
+        s1 += x1 * x1
+        s2 += x2 * x2
+        s3 += x3 * x3
+        t += 4
+    while t < d:
+        x0 = np.float64(X[i, t])
+        s0 += x0 * x0
+        t += 1
+    return (s0 + s1) + (s2 + s3)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _add_row(X, i, wi, N, S, a):
     """Row ``i`` of weight ``wi`` into cluster ``a`` of one block's sums ``N`` (k,), ``S`` (k, d);
-    returns ``||x_i||^2``."""
+    returns ``||x_i||^2`` (:func:`sq_norm`)."""
     N[a] += wi
-    xs = 0.0
     for t in range(X.shape[1]):
-        x = np.float64(X[i, t])
-        S[a, t] += wi * x
-        xs += x * x
-    return xs
+        S[a, t] += wi * np.float64(X[i, t])
+    return sq_norm(X, i)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -156,6 +178,34 @@ def hard_wide(X, C, w, objective, labels, nb):
         sum_blocks(J.reshape(nb, 1))[0]
 
 
+#: up to this many candidates a row's are sorted by insertion (no allocation); beyond, by a
+#: merge sort (at a high temperature every centroid is one, and insertion costs ``O(c^2)``)
+_INSERTION_MAX = 32
+
+
+@njit(cache=True, nogil=True)
+def _sort_candidates(ys, ms, c):
+    """The first ``c`` gaps ``ys`` in increasing order, their multiplicities ``ms`` with them;
+    stable (equal gaps keep their order) either way, so both sorts give the same result."""
+    if c <= _INSERTION_MAX:
+        for q in range(1, c):
+            y = ys[q]
+            mq = ms[q]
+            p = q
+            while p > 0 and ys[p - 1] > y:
+                ys[p] = ys[p - 1]
+                ms[p] = ms[p - 1]
+                p -= 1
+            ys[p] = y
+            ms[p] = mq
+        return
+    order = np.argsort(ys[:c], kind="mergesort")
+    ys_sorted = ys[:c][order]
+    ms_sorted = ms[:c][order]
+    ys[:c] = ys_sorted
+    ms[:c] = ms_sorted
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def group(
     X, C, m, T, kind, w, objective, spread, hard_tol, single, split_pos, ns, GW, wide, nb
@@ -197,8 +247,8 @@ def group(
             for i in range(s0, s1):
                 xs = 0.0
                 if wide:
-                    for t in range(d if spread else 0):  # ||x||^2 only for the spread
-                        xs += np.float64(X[i, t]) * np.float64(X[i, t])
+                    if spread:  # ||x||^2 only for the spread
+                        xs = sq_norm(X, i)
                     for j in range(g):
                         z[j] = (np.float64(P[i - s0, j]) - h[j]) * invT
                 elif g < 8:  # few groups: one dot product per group (the same sums, in order)
@@ -233,19 +283,15 @@ def group(
                     for j in range(g):
                         q[j] = math.exp(z[j] - zmax + logm[j])
                         tot += q[j]
-                else:  # the candidates y < 1, sorted (insertion: there are few of them)
+                else:  # the candidates y < 1, in increasing order
                     c = 0
                     for j in range(g):
                         y = a * (zmax - z[j])
                         if y < 1.0:
-                            p = c
-                            while p > 0 and ys[p - 1] > y:
-                                ys[p] = ys[p - 1]
-                                ms[p] = ms[p - 1]
-                                p -= 1
-                            ys[p] = y
-                            ms[p] = md[j]
+                            ys[c] = y
+                            ms[c] = md[j]
                             c += 1
+                    _sort_candidates(ys, ms, c)
                     M = 0.0
                     S1 = 0.0
                     S2 = 0.0
