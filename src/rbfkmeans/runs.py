@@ -3,7 +3,8 @@ Hartigan's moves.
 
 A run from a seed ``s`` is
 
-1. the start (:func:`rbfkmeans.seeding.initial_centers`: the data mean for an annealed fit);
+1. the start (:func:`rbfkmeans.seeding.initial_centers`; the event-driven ladder starts from the
+   mean of the rows it anneals);
 2. the annealing, on one of two ladders: the event-driven one
    (:func:`rbfkmeans.splits.anneal_splits`, groups of coincident centroids split at their own
    critical temperatures) or the geometric one (:func:`rbfkmeans.annealing.anneal`, all ``k``
@@ -28,7 +29,8 @@ A run from a seed ``s`` is
 
 On more than ``2 max(SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER k)`` rows the event-driven run
 polishes and searches on a random subsample of that size, then polishes once more on all rows
-(Lloyd, then, if it settled, Hartigan's moves and Lloyd).
+(Lloyd, then, if it settled, Hartigan's moves worth at least ``HARTIGAN_MIN_GAIN`` of ``J``
+and Lloyd).
 :func:`run_schedules` gives the ladder of each run of a fit: a default fit of at most
 ``SMALL_FIT_ENTRIES`` point-centroid pairs runs both ladders, and the estimator keeps the lower
 ``J``; an event-driven fit with ``n_init > 1`` anneals once and makes the other runs ``RESTART``
