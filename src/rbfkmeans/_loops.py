@@ -339,6 +339,8 @@ def group(
                             S[b, j, t] += wq * np.float64(X[i, t])
                         if qj > qmax:
                             qmax = qj
+                        if not objective:  # the free energy's terms (a log per centroid)
+                            continue
                         gap += qj * (zmax - z[j])
                         if kind == 0:
                             ent -= qj * (math.log(qj) - logm[j])
