@@ -67,8 +67,8 @@ from .swaps import SwapResult, swap_search
 if TYPE_CHECKING:
     from .estimator import RBFKMeans
 
-__all__ = ["ANNEAL_MIN_ROWS", "HARTIGAN_PASSES", "HARTIGAN_ROUNDS", "LAST_LOOK",
-           "RACE_ROWS_PER_CLUSTER", "RESTART", "SEARCH_MIN_ROWS", "SEARCH_PASSES",
+__all__ = ["ANNEAL_MIN_ROWS", "HARTIGAN_MIN_GAIN", "HARTIGAN_PASSES", "HARTIGAN_ROUNDS",
+           "LAST_LOOK", "RACE_ROWS_PER_CLUSTER", "RESTART", "SEARCH_MIN_ROWS", "SEARCH_PASSES",
            "SEARCH_ROWS_PER_CLUSTER", "SEARCH_WORK", "SMALL_FIT_ENTRIES", "Temperatures",
            "fit_run", "run_schedules", "search_budget", "search_rows"]
 
