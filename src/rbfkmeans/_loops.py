@@ -200,10 +200,8 @@ def _sort_candidates(ys, ms, c):
             ms[p] = mq
         return
     order = np.argsort(ys[:c], kind="mergesort")
-    ys_sorted = ys[:c][order]
-    ms_sorted = ms[:c][order]
-    ys[:c] = ys_sorted
-    ms[:c] = ms_sorted
+    ys[:c] = ys[:c][order]  # the fancy index makes a copy first
+    ms[:c] = ms[:c][order]
 
 
 @njit(parallel=True, cache=True, nogil=True)

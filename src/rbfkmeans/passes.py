@@ -229,8 +229,10 @@ def _soft_in_kernel(data: Data, C: Tensor, C_sq: Tensor, T: float, entry: Assign
     if data.comm.active or entry.name not in ("softmax", "entmax15", "sparsemax") or \
             not kernels.usable(data.X, k, scores=True):
         return False
-    if entry.name == "softmax" or k <= KERNEL_SOFTMAX_MAX_K:
-        return k <= KERNEL_SOFTMAX_MAX_K
+    if k <= KERNEL_SOFTMAX_MAX_K:
+        return True
+    if entry.name == "softmax":
+        return False
     rows = torch.linspace(0, data.n - 1, min(data.n, CANDIDATE_SAMPLE)).long()
     Z = _scores(data.X[rows], C, C_sq, T)  # (m, k)
     a = 0.5 if entry.name == "entmax15" else 1.0
