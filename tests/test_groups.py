@@ -219,6 +219,27 @@ def test_subsample_copies_most_of_large_data_only_below_half(
     assert pool.take(70).X is X
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_subsample_rows_after_a_skip_are_the_next_places_of_the_permutation(
+        weighted: bool) -> None:
+    """``take(size, skip)`` holds the rows at places ``skip .. skip + size - 1`` of the same
+    permutation: disjoint from ``take(skip)``, together with it ``take(skip + size)``, with
+    their own weights; past the last row it holds what is left."""
+    X = torch.arange(200, dtype=torch.float64).reshape(100, 2)
+    w = torch.arange(1, 101, dtype=torch.float64) if weighted else None
+    pool = Subsample(Data(X, w), torch.Generator().manual_seed(3))
+    first, after, both = pool.take(30), pool.take(25, skip=30), pool.take(55)
+    assert after.X.shape == (25, 2)
+    rows = {tuple(r) for r in after.X.tolist()}
+    assert rows.isdisjoint(tuple(r) for r in first.X.tolist())
+    assert rows | {tuple(r) for r in first.X.tolist()} == {tuple(r) for r in both.X.tolist()}
+    if weighted:
+        assert after.w is not None
+        np.testing.assert_array_equal(after.w.numpy(), after.X[:, 0].numpy() / 2 + 1)
+    assert pool.take(40, skip=80).X.shape == (20, 2)
+    assert pool.take(10, skip=100).n == 0
+
+
 def test_estimator_schedules_agree_on_separated_blobs() -> None:
     X = make_dataset("blobs", 400, seed=2).X
     a = RBFKMeans(4, random_state=0).fit(X)

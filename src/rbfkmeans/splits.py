@@ -65,20 +65,27 @@ class Subsample:
         self._size = -1
         self._part = data
 
-    def take(self, size: int) -> Data:
+    def take(self, size: int, skip: int = 0) -> Data:
         """The rows among the first ``size`` of the permutation: the data itself once ``size``
         covers all rows over all ranks, or half of them and the copy would hold more than
-        ``SMALL_COPY`` entries (a large copy stays below half of ``X``)."""
+        ``SMALL_COPY`` entries (a large copy stays below half of ``X``). With ``skip``, the
+        rows at places ``skip`` to ``skip + size - 1`` instead (disjoint from ``take(skip)``;
+        always a copy)."""
         data = self.data
+        if skip > 0:
+            idx = ((self.place >= skip) & (self.place < skip + size)).nonzero().squeeze(1)
+            return self._rows(idx)
         if size >= self.total or (2 * size >= self.total and size * data.d > SMALL_COPY):
             return data
         if size != self._size:
-            idx = (self.place < size).nonzero().squeeze(1)
-            w = None if data.w is None else data.w[idx]
-            self._part = Data(data.X[idx], w, chunk_size=data.chunk_size, comm=data.comm,
-                              validate=False)
+            self._part = self._rows((self.place < size).nonzero().squeeze(1))
             self._size = size
         return self._part
+
+    def _rows(self, idx: Tensor) -> Data:
+        data = self.data
+        w = None if data.w is None else data.w[idx]
+        return Data(data.X[idx], w, chunk_size=data.chunk_size, comm=data.comm, validate=False)
 
 
 def resolution_temperature(data: Data) -> float:
