@@ -280,14 +280,14 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
                 "labels": gather_rows(res.labels).numpy()}
 
     def race() -> Any:  # an abbreviated annealing races k-means++ on a subsample of all ranks
-        from rbfkmeans import runs
+        from rbfkmeans import starts
 
-        work = runs.ANNEAL_WORK
-        runs.ANNEAL_WORK = 0
+        work = starts.ANNEAL_WORK
+        starts.ANNEAL_WORK = 0
         try:
             est = rk.RBFKMeans(K, random_state=0).fit(Xl, sample_weight=wl)
         finally:
-            runs.ANNEAL_WORK = work
+            starts.ANNEAL_WORK = work
         return _fitted(est)
 
     out.update(hartigan_wide=hartigan_wide, bounded=lambda: bounded_lloyd(K),
@@ -515,10 +515,10 @@ def test_bounded_lloyd_equals_single_process(ranks: list[dict[str, Any]], name: 
 
 def test_the_race_of_an_abbreviated_annealing_equals_single_process(
         ranks: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
-    from rbfkmeans import runs
+    from rbfkmeans import starts
 
     X, w = _data()
-    monkeypatch.setattr(runs, "ANNEAL_WORK", 0)
+    monkeypatch.setattr(starts, "ANNEAL_WORK", 0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = rk.RBFKMeans(K, random_state=0).fit(X, sample_weight=w)

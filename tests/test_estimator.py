@@ -763,6 +763,34 @@ def test_run_functions_reject_bad_input() -> None:
     assert out["inertia"] == pytest.approx(fitted.inertia_, rel=1e-9)
 
 
+def test_start_functions_reject_bad_input() -> None:
+    """The start of a run (rbfkmeans.starts) names the argument it cannot take."""
+    from rbfkmeans import starts
+    from rbfkmeans.passes import Data
+
+    X, _ = make_blobs(n_samples=60, centers=3, random_state=0)
+    data = Data(torch.as_tensor(X))
+    fitted = RBFKMeans(3, random_state=0).fit(X)
+    gen = torch.Generator().manual_seed(0)
+    unfitted = "est must be an RBFKMeans inside its fit"
+    with pytest.raises(TypeError, match=unfitted):
+        starts.geometric_ladder(RBFKMeans(3))
+    with pytest.raises(TypeError, match=unfitted):
+        starts.abbreviated("est", 60, 2)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="n must be an integer >= 1; got 0"):
+        starts.abbreviated(fitted, 0, 2)
+    with pytest.raises(TypeError, match=r"data must be a rbfkmeans\.passes\.Data; got ndarray"):
+        starts.event_driven(fitted, X)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"data must be a rbfkmeans\.passes\.Data; got ndarray"):
+        starts.annealed(fitted, X, None, 0.0, 1.0, gen, None, "splits",  # type: ignore[arg-type]
+                        starts.Temperatures.of(fitted))
+    with pytest.raises(TypeError, match=r"search must be a rbfkmeans\.passes\.Data; got ndarray"):
+        starts.race(fitted, X, data.X[:3], gen, 0)  # type: ignore[arg-type]
+    ladder = starts.geometric_ladder(fitted)  # a fitted estimator's own ladder
+    assert ladder[0] == pytest.approx(1.2 * fitted.critical_temperature_, rel=1e-12)
+    assert not starts.abbreviated(fitted, 60, 2)
+
+
 def test_fit_rows_fits_on_a_sample_and_labels_every_row() -> None:
     """``fit_rows``: the centroids are a Lloyd fixed point of a random sample of that many rows
     (one more Lloyd step on the sample changes none of them), every row gets its nearest
@@ -812,8 +840,10 @@ def test_fit_rows_draws_k_means_plus_plus_starts_from_a_smaller_sample(
     assert est.inertia_ == pytest.approx(d2.min(1).sum(), rel=1e-10)
     seen.clear()
     annealed: list[int] = []
-    ladder = runs_mod.anneal_splits
-    monkeypatch.setattr(runs_mod, "anneal_splits",
+    from rbfkmeans import starts
+
+    ladder = starts.anneal_splits
+    monkeypatch.setattr(starts, "anneal_splits",
                         lambda data, *a, **kw: annealed.append(data.n) or ladder(data, *a, **kw))
     RBFKMeans(k, fit_rows=2000, random_state=0).fit(X)  # annealed on the sample, from its mean
     assert annealed == [2000]

@@ -262,7 +262,7 @@ def test_an_abbreviated_annealing_races_a_kmeanspp_start(monkeypatch: pytest.Mon
     from sklearn.cluster import KMeans
     from sklearn.datasets import make_blobs
 
-    from rbfkmeans import runs
+    from rbfkmeans import runs, starts
     from rbfkmeans.annealing import AnnealResult
 
     X, y = make_blobs(3000, 8, centers=6, cluster_std=0.3, center_box=(-20, 20),
@@ -273,18 +273,18 @@ def test_an_abbreviated_annealing_races_a_kmeanspp_start(monkeypatch: pytest.Mon
     def poor_annealing(est, data, C, *args, **kwargs):  # type: ignore[no-untyped-def]
         return AnnealResult(inside_one.to(data.X.dtype), [1.0], 1)
 
-    starts = runs.initial_centers
+    real_starts = starts.initial_centers
     drawn_from: list[int] = []
 
     def spy(data, n_clusters, init, **kwargs):  # type: ignore[no-untyped-def]
         if init == "k-means++":
             drawn_from.append(data.n)
-        return starts(data, n_clusters, init, **kwargs)
+        return real_starts(data, n_clusters, init, **kwargs)
 
-    monkeypatch.setattr(runs, "_anneal", poor_annealing)
-    monkeypatch.setattr(runs, "ANNEAL_WORK", 0 if abbreviated else 1 << 62)
-    monkeypatch.setattr(runs, "RACE_ROWS_PER_CLUSTER", race_rows)
-    monkeypatch.setattr(runs, "initial_centers", spy)
+    monkeypatch.setattr(runs, "annealed", poor_annealing)
+    monkeypatch.setattr(starts, "ANNEAL_WORK", 0 if abbreviated else 1 << 62)
+    monkeypatch.setattr(starts, "RACE_ROWS_PER_CLUSTER", race_rows)
+    monkeypatch.setattr(starts, "initial_centers", spy)
     est = RBFKMeans(k, max_swaps=0, random_state=0).fit(X)
     J_ref = KMeans(k, n_init=10, random_state=0).fit(X).inertia_
     if abbreviated:
@@ -306,14 +306,14 @@ def test_the_rival_from_all_rows_goes_on_only_if_it_wins_in_turn(
     from sklearn.cluster import KMeans
     from sklearn.datasets import make_blobs
 
-    from rbfkmeans import runs
+    from rbfkmeans import runs, starts
     from rbfkmeans.annealing import AnnealResult
 
     X, y = make_blobs(3000, 8, centers=6, cluster_std=0.3, center_box=(-20, 20),
                       random_state=3)
     k = 6
     inside_one = torch.as_tensor(X[y == 0][:k])
-    starts = runs.initial_centers
+    real_starts = starts.initial_centers
     drawn_from: list[int] = []
 
     def poor_full_rival(data, n_clusters, init, **kwargs):  # type: ignore[no-untyped-def]
@@ -321,12 +321,12 @@ def test_the_rival_from_all_rows_goes_on_only_if_it_wins_in_turn(
             drawn_from.append(data.n)
             if data.n == len(X):
                 return data.X[:n_clusters].clone() * 0.0 + data.X[0]
-        return starts(data, n_clusters, init, **kwargs)
+        return real_starts(data, n_clusters, init, **kwargs)
 
-    monkeypatch.setattr(runs, "_anneal", lambda est, data, *a, **kw: AnnealResult(
+    monkeypatch.setattr(runs, "annealed", lambda est, data, *a, **kw: AnnealResult(
         inside_one.to(data.X.dtype), [1.0], 1))
-    monkeypatch.setattr(runs, "ANNEAL_WORK", 0)
-    monkeypatch.setattr(runs, "initial_centers", poor_full_rival)
+    monkeypatch.setattr(starts, "ANNEAL_WORK", 0)
+    monkeypatch.setattr(starts, "initial_centers", poor_full_rival)
     est = RBFKMeans(k, max_swaps=0, random_state=0).fit(X)
     assert drawn_from == [32 * k, len(X)]
     assert est.inertia_ > 10 * KMeans(k, n_init=10, random_state=0).fit(X).inertia_
@@ -338,26 +338,26 @@ def test_an_annealing_that_wins_the_race_goes_on_unchanged(monkeypatch: pytest.M
     fit as it is without a race: the annealed centroids themselves go on to the polish."""
     from sklearn.datasets import make_blobs
 
-    from rbfkmeans import runs
+    from rbfkmeans import runs, starts
 
     X, _ = make_blobs(3000, 8, centers=6, cluster_std=0.3, center_box=(-20, 20),
                       random_state=3)
     k = 6
-    monkeypatch.setattr(runs, "ANNEAL_WORK", 0)
+    monkeypatch.setattr(starts, "ANNEAL_WORK", 0)
     with monkeypatch.context() as m:
-        m.setattr(runs, "_race", lambda est, search, C, gen, seed: (C, None, 0))
+        m.setattr(runs, "race", lambda est, search, C, gen, seed: (C, None, 0))
         unraced = RBFKMeans(k, max_swaps=0, random_state=0).fit(X)
-    starts = runs.initial_centers
+    real_starts = starts.initial_centers
     rivals: list[int] = []
 
     def poor_rival(data, n_clusters, init, **kwargs):  # type: ignore[no-untyped-def]
         if init != "k-means++":
-            return starts(data, n_clusters, init, **kwargs)
+            return real_starts(data, n_clusters, init, **kwargs)
         rivals.append(data.n)
         return data.X[:n_clusters].clone() * 0.0 + data.X[0]  # k copies of one row
 
-    monkeypatch.setattr(runs, "initial_centers", poor_rival)
+    monkeypatch.setattr(starts, "initial_centers", poor_rival)
     raced = RBFKMeans(k, max_swaps=0, random_state=0).fit(X)
-    assert rivals == [runs.RACE_ROWS_PER_CLUSTER * k]  # drawn from other rows; it lost
+    assert rivals == [starts.RACE_ROWS_PER_CLUSTER * k]  # drawn from other rows; it lost
     assert raced.inertia_ == unraced.inertia_
     np.testing.assert_array_equal(raced.labels_, unraced.labels_)

@@ -59,7 +59,7 @@ from .metrics import _zero_row_error, check_nonzero_rows, get_metric
 from .online import OnlineFitMixin
 from .passes import Data, cluster_stats
 from .repeats import fold_repeats
-from .runs import Temperatures, fit_run, run_schedules
+from .runs import fit_run, run_schedules
 from .schedules import critical_temperature_factor, sphere_eigmax
 from .seeding import weighted_mean
 from .sparse import SparseRows, is_sparse
@@ -70,6 +70,7 @@ from .spread import (
     sparse_spread,
     sphere_spread,
 )
+from .starts import Temperatures
 
 __all__ = ["RBFKMeans"]
 
