@@ -12,8 +12,9 @@ it cools faster and stops once every group is one centroid), and :func:`race` th
 against a greedy k-means++ start, both polished on a subsample: top-down splits can misplace
 centroids between clusters of unequal size (on a mixture of 4,096 unequal Gaussians in 128
 dimensions, k = 1,024, the annealed start was 11% above k-means++, where on MNIST and its PCA
-it is 0.1-0.4% below). The settings are read from the estimator; nothing here validates them
-(:func:`rbfkmeans.runs.fit_run` calls these inside a fit).
+it is 0.1-0.4% below). Each function checks that it is given an estimator inside its fit and
+a pass context, then reads the settings from the estimator as they are (the estimator's ``fit``
+validated them; :func:`rbfkmeans.runs.fit_run` calls these).
 """
 
 from __future__ import annotations
