@@ -112,8 +112,8 @@ RESTART = "k-means++"
 def _check(est: Any, data: Any, schedule: Any = "splits") -> None:
     """Raise unless ``est`` is an RBFKMeans whose fit is under way (``critical_temperature_``
     set), ``data`` a pass context and ``schedule`` a ladder name."""
-    _check_run(est, data)
-    if not isinstance(data, Data):  # (None included)
+    _check_run(est)
+    if not isinstance(data, Data):
         raise TypeError(f"data must be a rbfkmeans.passes.Data; got {type(data).__name__}")
     if schedule not in ("splits", "geometric", RESTART):
         raise ValueError(f"schedule must be 'splits', 'geometric' or {RESTART!r}; "
@@ -182,19 +182,19 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
         seeding = Subsample(data, gen).take(SEED_ROWS_PER_CLUSTER * est.n_clusters)
     hard_only = est._hard
     restart = schedule == RESTART
+    splits = event_driven(est, data, schedule)
     # the event-driven ladder starts from the mean of the rows it anneals (on cosine data the
     # mean direction is checked here: init='mean' needs one); a restart draws its own start
-    skip = restart or (not hard_only and event_driven(est, data, schedule)
-                       and not data.metric.spherical)
+    skip = restart or (not hard_only and splits and not data.metric.spherical)
     C: Tensor | None = None if skip else initial_centers(seeding, est.n_clusters, start,
                                                          generator=gen, seed=seed)
     ladder: list[float] = []
     history: list[dict[str, Any]] = []
     n_soft_iter = 0
     show = bool(est.verbose) and data.comm.rank == 0
-    searched = restart or event_driven(est, data, schedule)  # on search rows, a last look
+    searched = restart or splits  # on search rows, a last look
     if not hard_only and not restart:
-        total = None if event_driven(est, data, schedule) else len(geometric_ladder(est, temps))
+        total = None if splits else len(geometric_ladder(est, temps))
         bar = _progress(show, total, f"anneal (run {run + 1})")
         res = annealed(est, data, C, abs_tol, lam, gen, _ticker(bar), schedule, temps)
         if bar is not None:
@@ -219,8 +219,7 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
     n_hard_iter, n_swaps = 0, 0
     raced: LloydResult | None = None
     d_annealed = min(data.d, subspace.MAX_DIM) if not data.comm.active else data.d
-    if not hard_only and not restart and event_driven(est, data, schedule) and \
-            abbreviated(est, data.n, d_annealed):
+    if not hard_only and not restart and splits and abbreviated(est, data.n, d_annealed):
         C, raced, n_hard_iter = race(est, search, C, gen, seed)
     if raced is not None:  # the race ran on all the search rows: its winner is polished
         hard = raced
