@@ -20,7 +20,7 @@ import torch
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from rbfkmeans import RBFKMeans, _lloyd_loops, _loops, kernels, splits
+from rbfkmeans import RBFKMeans, _hartigan_loops, _lloyd_loops, _loops, kernels, splits
 from rbfkmeans import lloyd as lloyd_module
 from rbfkmeans.assignments import get_assignment
 from rbfkmeans.groups import GroupStats, _kernel_sums_wide, _torch_sums, group_stats
@@ -170,6 +170,21 @@ def test_hard_pass_without_objective_or_labels(monkeypatch: pytest.MonkeyPatch) 
     torch.testing.assert_close(st.S, ref.S)
 
 
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.integers(-3, 3), min_size=1, max_size=70),
+       scale=st.sampled_from([1.0, 1e-300, 1e300]))
+def test_argmin_takes_the_smallest_entry_and_the_lowest_index_on_ties(values: list[int],
+                                                                      scale: float) -> None:
+    """The kernels' argmin (one chain below ``ARGMIN_LANES`` entries, four beyond) equals
+    numpy's: the smallest value, on ties (few distinct values: many) the lowest index; signed
+    zeros count as equal."""
+    g = np.array(values, dtype=np.float64) * scale
+    g[g == 0] = np.where(np.arange(len(g)) % 2 == 0, 0.0, -0.0)[g == 0]
+    best, arg = _loops._argmin(g)
+    assert arg == int(np.argmin(g))
+    assert best == g.min()
+
+
 def test_hard_pass_float32_matches_float64_sums() -> None:
     X, w = _points(2, 3000, 6, dtype=torch.float32, weighted=True)
     C = X[:7].clone()
@@ -190,7 +205,7 @@ def test_hard_pass_float32_matches_float64_sums() -> None:
 @pytest.mark.parametrize("name", SOFT)
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), d=st.sampled_from([1, 2, 3, 8, 16, 40, 64]),
-       g=st.integers(1, 12), log_T=st.floats(-3.0, 2.0), weighted=st.booleans(),
+       g=st.integers(1, 40), log_T=st.floats(-3.0, 2.0), weighted=st.booleans(),
        critical=st.booleans())
 def test_group_pass_equals_the_torch_pass(name: str, seed: int, d: int, g: int, log_T: float,
                                           weighted: bool, critical: bool) -> None:
@@ -304,7 +319,8 @@ def test_wide_kernels_run_the_blas_on_one_thread_and_restore_it(
         return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
 
     seen: list[list[int]] = []
-    for module, name in ((_loops, "hard_wide"), (_lloyd_loops, "lloyd"), (_loops, "group")):
+    for module, name in ((_loops, "hard_wide"), (_lloyd_loops, "lloyd"), (_loops, "group"),
+                         (_hartigan_loops, "gains_wide")):
         real = getattr(module, name)
 
         def spy(*args: object, real: object = real) -> object:
@@ -319,8 +335,10 @@ def test_wide_kernels_run_the_blas_on_one_thread_and_restore_it(
         kernels.lloyd_run(X, X[:8].clone(), None, 3, 0.0)
         kernels.group_pass(X, X[:3].clone(), torch.tensor([2, 1, 1]), 1.0, "entmax15", None,
                            objective=True, split=None, hard_tol=1e-7)
+        labels = torch.arange(len(X)) % 4
+        kernels.hartigan_pass(X, X[:4].double(), torch.bincount(labels).double(), labels, None)
         assert blas_threads() == before
-    assert len(seen) == 3
+    assert len(seen) == 4
     assert all(threads == [1] * len(before) for threads in seen), seen
 
 

@@ -97,6 +97,45 @@ def test_the_stamp_decides_and_must_match_the_key(fresh: list[list[str]],
     assert fresh == []
 
 
+def test_machine_code_of_other_sources_is_deleted_before_a_compile(
+        fresh: list[list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """numba checks a cached kernel against its own file only, so one that calls a kernel of
+    another module would keep that module's old code: without a stamp for these sources every
+    kernel module's cached code goes (other files stay), with one nothing does; warm_up clears
+    first."""
+    def populate() -> list[Path]:
+        files = [tmp_path / f"{name}.{kernel}-12.py311{part}"
+                 for name in precompile.MODULES for kernel in ("a", "b")
+                 for part in (".nbi", ".1.nbc")]
+        for f in files:
+            f.write_bytes(b"code")
+        return files
+
+    other = tmp_path / "elsewhere.f-3.py311.nbi"
+    other.write_bytes(b"code")
+    files = populate()
+    assert precompile.clear_stale() == len(files)  # no stamp
+    assert not any(f.exists() for f in files)
+    assert other.exists()
+    files = populate()
+    (tmp_path / precompile.STAMP).write_text(json.dumps({"key": "other", "seconds": 1}))
+    assert precompile.clear_stale() == len(files)  # a stamp of other sources
+    assert not any(f.exists() for f in files)
+    files = populate()
+    precompile.mark_compiled(1.0)
+    assert precompile.clear_stale() == 0  # compiled for these sources: kept
+    assert all(f.exists() for f in files)
+    order: list[str] = []
+    monkeypatch.setattr(precompile, "clear_stale", lambda: order.append("clear") or 0)
+    monkeypatch.setattr(kernels, "_warm_calls",
+                        lambda dt, w: [("kernel", lambda: order.append("compile"))])
+    monkeypatch.setenv(precompile.ENV, "1")
+    kernels.warm_up()
+    assert order[0] == "clear"
+    assert order.count("clear") == 1
+    assert "compile" in order
+
+
 def test_a_small_fit_takes_the_torch_passes_and_starts_nothing(
         fresh: list[list[str]], kernel_calls: list[int],
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,13 +5,19 @@ For each row ``i`` of weight ``w_i`` in cluster ``a`` it finds the cluster ``b !
 smallest ``w_i N_b / (N_b + w_i) ||x_i - c_b||^2`` and the gain ``-Delta J`` of moving it there,
 the squared distances taken from differences in float64 (no cancellation), the rows in parallel
 (each writes only its own entries). Rows whose cluster would empty (``N_a <= w_i``) get no
-move. Only :mod:`rbfkmeans.kernels` imports this module; it needs numba.
+move. :func:`gains_wide` serves wide data: the squared distances
+``||x_i||^2 + ||c_j||^2 - 2 x_i.c_j`` in float64 from BLAS products of ``WIDE_ROWS`` rows at a
+time in the data's dtype (as the torch scoring it replaces, which also computed them in that
+dtype), the rows' blocks in parallel. Only :mod:`rbfkmeans.kernels` imports this module; it
+needs numba.
 """
 
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["gains"]
+from ._loops import WIDE_ROWS, _argmin, sq_norm
+
+__all__ = ["gains", "gains_wide"]
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -45,4 +51,48 @@ def gains(X, C, N, labels, w):
         if g > 0.0:
             gain[i] = g
             target[i] = to
+    return gain, target
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def gains_wide(X, C, N, labels, w, nb):
+    """:func:`gains` for wide data (module docstring): ``nb`` blocks of rows in parallel, the
+    distances of ``WIDE_ROWS`` rows at a time from one BLAS product (the caller runs the BLAS
+    on one thread), the best target by :func:`rbfkmeans._loops._argmin` (ties to the lowest
+    cluster, as :func:`gains`)."""
+    n, d = X.shape
+    k = C.shape[0]
+    has_w = w.shape[0] > 0
+    CT = np.ascontiguousarray(C.T).astype(X.dtype)  # (d, k) in X's dtype
+    csq = np.zeros(k)
+    for j in range(k):
+        for t in range(d):
+            csq[j] += C[j, t] * C[j, t]
+    gain = np.zeros(n)
+    target = np.full(n, -1, dtype=np.int64)
+    block = (n + nb - 1) // nb
+    G = np.empty((nb, k))  # each block's join costs
+    for b in prange(nb):
+        g = G[b]
+        end = min(n, (b + 1) * block)
+        for s0 in range(b * block, end, WIDE_ROWS):
+            s1 = min(end, s0 + WIDE_ROWS)
+            P = np.dot(X[s0:s1], CT)  # (rows, k)
+            for r in range(s1 - s0):
+                i = s0 + r
+                wi = np.float64(w[i]) if has_w else 1.0
+                a = labels[i]
+                if N[a] <= wi:
+                    continue
+                xs = sq_norm(X, i)
+                for j in range(k):
+                    g[j] = wi * N[j] / (N[j] + wi) * max(xs + csq[j] - 2.0 * np.float64(P[r, j]),
+                                                         0.0)
+                own = max(xs + csq[a] - 2.0 * np.float64(P[r, a]), 0.0)
+                g[a] = np.inf
+                best, to = _argmin(g)
+                gi = wi * N[a] / (N[a] - wi) * own - best
+                if gi > 0.0:
+                    gain[i] = gi
+                    target[i] = to
     return gain, target

@@ -48,8 +48,10 @@ by how far the means move (``u_i`` grows by its own mean's shift, ``l_1`` shrink
         \frac{N_{min}}{N_{min} + w_i} l_2^2\Big),
 
 and such a row is not scored. The rows scored are the ones the full pass would find moves among,
-so the passes take the same steps (tests check it); this serves the chunked torch scoring (the
-compiled sweep of few features scores every row).
+so the passes take the same steps (tests check it); this serves the chunked torch scoring (GPU,
+sparse rows). On the CPU the compiled sweep scores every row, from BLAS products on wide data:
+on 70,000 x 64 rows with k = 1,024 the bounds left 40,000-68,000 rows to score per pass, and
+the torch pass took 110-190 ms against the sweep's 80 ms.
 """
 
 from __future__ import annotations
@@ -126,7 +128,7 @@ def _candidates(data: Data, C: Tensor, N: Tensor, labels: Tensor,
     the data's dtype), in row order, their target clusters and their gains ``-Delta J``. With
     ``bounds``, only the rows they do not rule out are scored, and their bounds are reset."""
     k = C.shape[0]
-    if kernels.usable(data.X, k):  # few features on the CPU: one compiled sweep
+    if kernels.usable(data.X, k, scores=True):  # on the CPU: one compiled sweep
         gain, target = kernels.hartigan_pass(data.X, C, N, labels, data.w)
         moving = torch.nonzero(target >= 0).flatten()
         return moving, target[moving], gain[moving]
@@ -294,7 +296,8 @@ def hartigan(data: Data, labels: Tensor, k: int, *, max_passes: int = 100,
                          f"{torch.nonzero(N <= 0).flatten().tolist()} are empty")
     moves = passes = 0
     converged = False
-    bounds = None if k < 2 or kernels.usable(data.X, k) else _Bounds(data.n, labels.device)
+    bounds = None if k < 2 or kernels.usable(data.X, k, scores=True) \
+        else _Bounds(data.n, labels.device)
     while passes < max_passes:
         passes += 1
         rows, target, gain = _candidates(data, C, N, labels, bounds)

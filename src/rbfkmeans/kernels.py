@@ -471,6 +471,8 @@ def _warm_calls(dt: torch.dtype, w: Tensor | None) -> list[tuple[str, Callable[[
                                               w)),
         ("swap halves", lambda: halves_pass(X, X[:2].clone(), labels, V, w)),
         ("Hartigan's moves", lambda: hartigan_pass(X, X[:2].double(), m.double(), labels, w)),
+        ("Hartigan's moves (wide)", lambda: hartigan_pass(wide, wide[:2].double(), m.double(),
+                                                          labels, w)),
     ]
     return calls
 
@@ -490,11 +492,16 @@ def hartigan_pass(X: Tensor, C: Tensor, N: Tensor, labels: Tensor,
     """The best single move of every row of ``X`` (n, d) labelled ``labels`` among the means
     ``C`` (k, d, float64) of weights ``N`` (k, float64): the gain ``-Delta J`` (n, float64; 0
     where no move pays) and the target cluster (n, int64; -1 there), one sweep
-    (:mod:`rbfkmeans.hartigan`). Call only where :func:`usable` holds (few features)."""
-    with _launch():
-        gain, target = _hartigan_loops.gains(_array(X), _array(C.to(torch.float64)),
-                                             _array(N.to(torch.float64)), _array(labels),
-                                             _weights(w, X))
+    (:mod:`rbfkmeans.hartigan`); beyond ``MAX_DIM`` features the distances come from BLAS
+    products of a few hundred rows inside the kernel. Call only where :func:`usable` holds
+    (with ``scores=True`` for wide data)."""
+    Xn = _array(X)
+    args = (Xn, _array(C.to(torch.float64)), _array(N.to(torch.float64)), _array(labels),
+            _weights(w, X))
+    wide = Xn.shape[1] > MAX_DIM
+    with _launch(blas=wide):
+        gain, target = _hartigan_loops.gains_wide(*args, _blocks(Xn.shape[0])) if wide \
+            else _hartigan_loops.gains(*args)
     return torch.from_numpy(gain), torch.from_numpy(target)
 
 
@@ -502,10 +509,12 @@ def warm_up(progress: Callable[[int, int, str], None] | None = None) -> None:
     """Compile (or load from the on-disk cache) every kernel for float32 and float64 data,
     weighted and not, then write :mod:`rbfkmeans.precompile`'s stamp (later processes in
     ``auto`` mode take the kernels). ``progress(i, n, name)`` is called before each of the
-    ``n`` steps. Does nothing without numba or with ``RBFKMEANS_KERNELS=0``."""
+    ``n`` steps. Does nothing without numba or with ``RBFKMEANS_KERNELS=0``. Machine code
+    cached for other sources is deleted first (:func:`rbfkmeans.precompile.clear_stale`)."""
     if numba is None or precompile.mode() == "off":
         return
     t0 = time.perf_counter()
+    precompile.clear_stale()
     steps = [(f"{name}, {str(dt).removeprefix('torch.')}{', weighted' if w else ''}", call)
              for dt in (torch.float32, torch.float64)
              for w in (False, True)

@@ -136,6 +136,34 @@ def compiled() -> bool:
     return _compiled
 
 
+def clear_stale() -> int:
+    """Delete numba's cached machine code of :data:`MODULES` unless the stamp says it was
+    compiled for :func:`key` (these sources, numba, Python); the number of files deleted.
+
+    numba checks a cached function against its own source file only: a kernel that calls one
+    of another module (the annealing's fixed point calls :func:`rbfkmeans._loops.group`) keeps
+    the callee's old machine code after that module changed. Cleared first, every kernel is
+    compiled again from the sources as they are. Silent where the folder is not writable."""
+    folder = cache_dir()
+    if folder is None or not folder.is_dir():
+        return 0
+    try:
+        stamp = json.loads((folder / STAMP).read_text())
+    except (OSError, ValueError):
+        stamp = {}
+    if isinstance(stamp, dict) and stamp.get("key") == key():
+        return 0
+    removed = 0
+    for name in MODULES:
+        for path in folder.glob(f"{name}.*.nb[ci]"):
+            try:
+                path.unlink()
+            except OSError:
+                continue
+            removed += 1
+    return removed
+
+
 def mark_compiled(seconds: float) -> None:
     """Write the stamp (atomically) after every kernel was compiled or loaded: later processes
     then take the kernels. Silent where the cache folder is not writable."""
