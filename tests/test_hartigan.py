@@ -221,13 +221,15 @@ def test_the_compiled_scoring_equals_the_torch_scoring(seed: int, n: int, d: int
 
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(20, 400), d=st.integers(17, 40),
-       k=st.integers(2, 12), weighted=st.booleans(), single=st.booleans())
-@example(seed=483, n=276, d=25, k=11, weighted=False, single=True)
+       k=st.integers(2, 24), weighted=st.booleans(), single=st.booleans(),
+       compiled=st.booleans())
+@example(seed=483, n=276, d=25, k=11, weighted=False, single=True, compiled=False)
 def test_the_bounded_passes_take_the_steps_of_full_passes(
-        seed: int, n: int, d: int, k: int, weighted: bool, single: bool) -> None:
-    """The torch scoring (GPU, autograd, sparse rows): passes that score only the rows the
-    bounds leave reach the same labels, means, passes and moves as passes scoring every row
-    (float64). In
+        seed: int, n: int, d: int, k: int, weighted: bool, single: bool,
+        compiled: bool) -> None:
+    """Many features, scored by torch (GPU, autograd, sparse rows) or by the compiled sweep of
+    the rows left (the CPU): passes that score only the rows the bounds leave
+    reach the same labels, means, passes and moves as passes scoring every row (float64). In
     float32 a move whose gain is within rounding of zero may be taken by one and not the other:
     the products of a gathered block of rows round differently from those of a whole chunk
     (seed 483, n 276, d 25, k 11 took 21 passes and 607 moves against 20 and 601, to the same
@@ -248,7 +250,7 @@ def test_the_bounded_passes_take_the_steps_of_full_passes(
         return out
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("RBFKMEANS_KERNELS", "0")  # the torch scoring (the kernels keep no bounds)
+        patch.setenv("RBFKMEANS_KERNELS", "1" if compiled else "0")
         patch.setattr(H, "_candidates", spy)
         bounded = hartigan(data, torch.from_numpy(labels), k, max_passes=1000)
         patch.setattr(H, "_Bounds", lambda n, device: None)
@@ -270,13 +272,15 @@ def test_the_bounded_passes_take_the_steps_of_full_passes(
     torch.testing.assert_close(bounded.C, full.C, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 def test_the_bounds_rule_out_rows_far_from_every_boundary(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, compiled: bool) -> None:
     """Two far groups and one boundary row that should move: after the first pass only the
-    rows near the boundary are scored again (the torch scoring, which keeps the bounds)."""
+    rows near the boundary are scored again (the torch scoring, or the compiled sweep of the
+    rows left)."""
     import rbfkmeans.hartigan as H
 
-    monkeypatch.setenv("RBFKMEANS_KERNELS", "0")
+    monkeypatch.setenv("RBFKMEANS_KERNELS", "1" if compiled else "0")
 
     rng = np.random.default_rng(0)
     d = 32

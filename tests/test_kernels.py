@@ -336,7 +336,8 @@ def test_wide_kernels_run_the_blas_on_one_thread_and_restore_it(
         kernels.group_pass(X, X[:3].clone(), torch.tensor([2, 1, 1]), 1.0, "entmax15", None,
                            objective=True, split=None, hard_tol=1e-7)
         labels = torch.arange(len(X)) % 4
-        kernels.hartigan_pass(X, X[:4].double(), torch.bincount(labels).double(), labels, None)
+        kernels.hartigan_rows(X, X[:4].double(), torch.bincount(labels).double(), labels, None,
+                              torch.arange(len(X)))
         assert blas_threads() == before
     assert len(seen) == 4
     assert all(threads == [1] * len(before) for threads in seen), seen

@@ -1,15 +1,16 @@
 r"""The compiled scoring of Hartigan's moves behind :func:`rbfkmeans.kernels.hartigan_pass`
-(numba; the equation is in :mod:`rbfkmeans.hartigan`).
+and :func:`rbfkmeans.kernels.hartigan_rows` (numba; the equation is in
+:mod:`rbfkmeans.hartigan`).
 
 For each row ``i`` of weight ``w_i`` in cluster ``a`` it finds the cluster ``b != a`` with the
 smallest ``w_i N_b / (N_b + w_i) ||x_i - c_b||^2`` and the gain ``-Delta J`` of moving it there,
 the squared distances taken from differences in float64 (no cancellation), the rows in parallel
 (each writes only its own entries). Rows whose cluster would empty (``N_a <= w_i``) get no
-move. :func:`gains_wide` serves wide data: the squared distances
-``||x_i||^2 + ||c_j||^2 - 2 x_i.c_j`` in float64 from BLAS products of ``WIDE_ROWS`` rows at a
-time in the data's dtype (as the torch scoring it replaces, which also computed them in that
-dtype), the rows' blocks in parallel. Only :mod:`rbfkmeans.kernels` imports this module; it
-needs numba.
+move. :func:`gains_wide` serves wide data, the rows the caller's bounds leave: the squared
+distances ``||x_i||^2 + ||c_j||^2 - 2 x_i.c_j`` in float64 from BLAS products of ``WIDE_ROWS``
+gathered rows at a time in the data's dtype (as the torch scoring also computes them in that
+dtype), the rows' blocks in parallel, with what the bounds need. Only :mod:`rbfkmeans.kernels`
+imports this module; it needs numba.
 """
 
 import numpy as np
@@ -55,12 +56,16 @@ def gains(X, C, N, labels, w):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def gains_wide(X, C, N, labels, w, nb):
-    """:func:`gains` for wide data (module docstring): ``nb`` blocks of rows in parallel, the
-    distances of ``WIDE_ROWS`` rows at a time from one BLAS product (the caller runs the BLAS
-    on one thread), the best target by :func:`rbfkmeans._loops._argmin` (ties to the lowest
-    cluster, as :func:`gains`)."""
-    n, d = X.shape
+def gains_wide(X, C, N, labels, w, rows, nb):
+    """:func:`gains` for the rows ``rows`` (m,) of wide data (module docstring): ``nb`` blocks of
+    them in parallel, the distances of ``WIDE_ROWS`` gathered rows at a time from one BLAS
+    product (the caller runs the BLAS on one thread), the best target by
+    :func:`rbfkmeans._loops._argmin` (ties to the lowest cluster, as :func:`gains`). Returns,
+    per row of ``rows``, the gain and target, and for the caller's bounds the squared distance
+    to its own mean, its nearest other cluster and the squared distances to that one and to
+    the next (``inf`` where there is none)."""
+    m = rows.shape[0]
+    d = X.shape[1]
     k = C.shape[0]
     has_w = w.shape[0] > 0
     CT = np.ascontiguousarray(C.T).astype(X.dtype)  # (d, k) in X's dtype
@@ -68,31 +73,51 @@ def gains_wide(X, C, N, labels, w, nb):
     for j in range(k):
         for t in range(d):
             csq[j] += C[j, t] * C[j, t]
-    gain = np.zeros(n)
-    target = np.full(n, -1, dtype=np.int64)
-    block = (n + nb - 1) // nb
-    G = np.empty((nb, k))  # each block's join costs
+    gain = np.zeros(m)
+    target = np.full(m, -1, dtype=np.int64)
+    own = np.empty(m)
+    near = np.zeros(m, dtype=np.int64)
+    d1 = np.full(m, np.inf)
+    d2 = np.full(m, np.inf)
+    block = (m + nb - 1) // nb
+    G = np.empty((nb, k))  # each block's distances, then join costs
     for b in prange(nb):
         g = G[b]
-        end = min(n, (b + 1) * block)
-        for s0 in range(b * block, end, WIDE_ROWS):
-            s1 = min(end, s0 + WIDE_ROWS)
-            P = np.dot(X[s0:s1], CT)  # (rows, k)
+        lo = b * block
+        hi = min(m, lo + block)
+        buf = np.empty((min(WIDE_ROWS, max(hi - lo, 1)), d), dtype=X.dtype)
+        for s0 in range(lo, hi, WIDE_ROWS):
+            s1 = min(hi, s0 + WIDE_ROWS)
             for r in range(s1 - s0):
-                i = s0 + r
+                i = rows[s0 + r]
+                for t in range(d):
+                    buf[r, t] = X[i, t]
+            P = np.dot(buf[: s1 - s0], CT)  # (rows, k)
+            for r in range(s1 - s0):
+                q = s0 + r
+                i = rows[q]
                 wi = np.float64(w[i]) if has_w else 1.0
                 a = labels[i]
-                if N[a] <= wi:
-                    continue
                 xs = sq_norm(X, i)
                 for j in range(k):
-                    g[j] = wi * N[j] / (N[j] + wi) * max(xs + csq[j] - 2.0 * np.float64(P[r, j]),
-                                                         0.0)
-                own = max(xs + csq[a] - 2.0 * np.float64(P[r, a]), 0.0)
+                    g[j] = max(xs + csq[j] - 2.0 * np.float64(P[r, j]), 0.0)
+                own[q] = g[a]
                 g[a] = np.inf
+                if k > 1:  # the two nearest other clusters, for the bounds
+                    first, b1 = _argmin(g)
+                    near[q] = b1
+                    d1[q] = first
+                    if k > 2:
+                        g[b1] = np.inf
+                        d2[q] = _argmin(g)[0]
+                        g[b1] = first
+                if N[a] <= wi:
+                    continue
+                for j in range(k):
+                    g[j] = wi * N[j] / (N[j] + wi) * g[j]
                 best, to = _argmin(g)
-                gi = wi * N[a] / (N[a] - wi) * own - best
+                gi = wi * N[a] / (N[a] - wi) * own[q] - best
                 if gi > 0.0:
-                    gain[i] = gi
-                    target[i] = to
-    return gain, target
+                    gain[q] = gi
+                    target[q] = to
+    return gain, target, own, near, d1, d2

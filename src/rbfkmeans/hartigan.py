@@ -49,9 +49,9 @@ by how far the means move (``u_i`` grows by its own mean's shift, ``l_1`` shrink
 
 and such a row is not scored. The rows scored are the ones the full pass would find moves among,
 so the passes take the same steps (tests check it); this serves the chunked torch scoring (GPU,
-sparse rows). On the CPU the compiled sweep scores every row, from BLAS products on wide data:
-on 70,000 x 64 rows with k = 1,024 the bounds left 40,000-68,000 rows to score per pass, and
-the torch pass took 110-190 ms against the sweep's 80 ms.
+sparse rows) and the compiled sweep of wide rows on the CPU (from BLAS products of the rows
+left; on 70,000 x 64 rows with k = 1,024 a pass took 80 ms against the torch pass's
+110-190 ms). The compiled sweep of few features scores every row.
 """
 
 from __future__ import annotations
@@ -128,17 +128,27 @@ def _candidates(data: Data, C: Tensor, N: Tensor, labels: Tensor,
     the data's dtype), in row order, their target clusters and their gains ``-Delta J``. With
     ``bounds``, only the rows they do not rule out are scored, and their bounds are reset."""
     k = C.shape[0]
-    if kernels.usable(data.X, k, scores=True):  # on the CPU: one compiled sweep
+    if kernels.usable(data.X, k):  # few features on the CPU: one compiled sweep of every row
         gain, target = kernels.hartigan_pass(data.X, C, N, labels, data.w)
         moving = torch.nonzero(target >= 0).flatten()
         return moving, target[moving], gain[moving]
+    active = None if bounds is None else bounds.active(N, labels, data.w)
+    if kernels.usable(data.X, k, scores=True):  # wide rows on the CPU: a compiled sweep of
+        # the rows the bounds leave, from BLAS products
+        idx = torch.arange(data.n) if active is None else active
+        gain, target, own, near, first, second = kernels.hartigan_rows(data.X, C, N, labels,
+                                                                       data.w, idx)
+        if bounds is not None:
+            bounds.reset_nearest(idx, own, near, first, second, data.X_sq[idx],
+                                 (C * C).sum(1), torch.finfo(data.X.dtype).eps)
+        moving = torch.nonzero(target >= 0).flatten()
+        return idx[moving], target[moving], gain[moving]
     Cd = C.to(data.X.dtype)
     C_sq = (Cd * Cd).sum(1)
     N_d = N.to(data.X.dtype)
     rows: list[Tensor] = []
     targets: list[Tensor] = []
     gains: list[Tensor] = []
-    active = None if bounds is None else bounds.active(N, labels, data.w)
     pieces: Iterable[slice | Tensor] = data.chunks(k) if active is None else \
         active.split(data.rows(k))
     for s in pieces:  # row slices, or index vectors of the rows the bounds leave
@@ -205,13 +215,19 @@ class _Bounds:
         """The bounds of ``rows`` from their squared distances to their own mean (``d_a``) and
         to the others (``D_other``, ``inf`` at their own), widened by the expansion's rounding
         (a few ulps of ``||x||^2 + max ||c||^2``)."""
-        eps = torch.finfo(d_a.dtype).eps
-        slack = (X_sq.to(torch.float64) + float(C_sq.max())) * (8 * eps)
         two, at = D_other.topk(2, dim=1, largest=False)  # k >= 2: the second may be inf
+        self.reset_nearest(rows, d_a, at[:, 0], two[:, 0], two[:, 1], X_sq, C_sq,
+                           torch.finfo(d_a.dtype).eps)
+
+    def reset_nearest(self, rows: slice | Tensor, d_a: Tensor, near: Tensor, first: Tensor,
+                      second: Tensor, X_sq: Tensor, C_sq: Tensor, eps: float) -> None:
+        """:meth:`reset` from the squared distances to the own mean, to the nearest other
+        (``near``) and to the next, computed from products with unit roundoff ``eps``."""
+        slack = (X_sq.to(torch.float64) + float(C_sq.max())) * (8 * eps)
         self.upper[rows] = (d_a.to(torch.float64) + slack).sqrt()
-        self.near[rows] = at[:, 0]
-        self.lower1[rows] = (two[:, 0].to(torch.float64) - slack).clamp(min=0.0).sqrt()
-        self.lower2[rows] = (two[:, 1].to(torch.float64) - slack).clamp(min=0.0).sqrt()
+        self.near[rows] = near
+        self.lower1[rows] = (first.to(torch.float64) - slack).clamp(min=0.0).sqrt()
+        self.lower2[rows] = (second.to(torch.float64) - slack).clamp(min=0.0).sqrt()
 
     def moved(self, rows: Tensor, shift: Tensor, labels: Tensor) -> None:
         """After ``rows`` changed cluster and each mean moved by ``shift`` (k,): the moved rows
@@ -296,8 +312,7 @@ def hartigan(data: Data, labels: Tensor, k: int, *, max_passes: int = 100,
                          f"{torch.nonzero(N <= 0).flatten().tolist()} are empty")
     moves = passes = 0
     converged = False
-    bounds = None if k < 2 or kernels.usable(data.X, k, scores=True) \
-        else _Bounds(data.n, labels.device)
+    bounds = None if k < 2 or kernels.usable(data.X, k) else _Bounds(data.n, labels.device)
     while passes < max_passes:
         passes += 1
         rows, target, gain = _candidates(data, C, N, labels, bounds)

@@ -471,8 +471,8 @@ def _warm_calls(dt: torch.dtype, w: Tensor | None) -> list[tuple[str, Callable[[
                                               w)),
         ("swap halves", lambda: halves_pass(X, X[:2].clone(), labels, V, w)),
         ("Hartigan's moves", lambda: hartigan_pass(X, X[:2].double(), m.double(), labels, w)),
-        ("Hartigan's moves (wide)", lambda: hartigan_pass(wide, wide[:2].double(), m.double(),
-                                                          labels, w)),
+        ("Hartigan's moves (wide)", lambda: hartigan_rows(wide, wide[:2].double(), m.double(),
+                                                          labels, w, torch.tensor([0, 2, 5]))),
     ]
     return calls
 
@@ -492,17 +492,27 @@ def hartigan_pass(X: Tensor, C: Tensor, N: Tensor, labels: Tensor,
     """The best single move of every row of ``X`` (n, d) labelled ``labels`` among the means
     ``C`` (k, d, float64) of weights ``N`` (k, float64): the gain ``-Delta J`` (n, float64; 0
     where no move pays) and the target cluster (n, int64; -1 there), one sweep
-    (:mod:`rbfkmeans.hartigan`); beyond ``MAX_DIM`` features the distances come from BLAS
-    products of a few hundred rows inside the kernel. Call only where :func:`usable` holds
-    (with ``scores=True`` for wide data)."""
-    Xn = _array(X)
-    args = (Xn, _array(C.to(torch.float64)), _array(N.to(torch.float64)), _array(labels),
-            _weights(w, X))
-    wide = Xn.shape[1] > MAX_DIM
-    with _launch(blas=wide):
-        gain, target = _hartigan_loops.gains_wide(*args, _blocks(Xn.shape[0])) if wide \
-            else _hartigan_loops.gains(*args)
+    (:mod:`rbfkmeans.hartigan`). Call only where :func:`usable` holds (few features)."""
+    with _launch():
+        gain, target = _hartigan_loops.gains(_array(X), _array(C.to(torch.float64)),
+                                             _array(N.to(torch.float64)), _array(labels),
+                                             _weights(w, X))
     return torch.from_numpy(gain), torch.from_numpy(target)
+
+
+def hartigan_rows(X: Tensor, C: Tensor, N: Tensor, labels: Tensor, w: Tensor | None,
+                  rows: Tensor) -> tuple[Tensor, ...]:
+    """:func:`hartigan_pass` for the rows ``rows`` (m, int64) of wide ``X``, from BLAS products
+    of a few hundred of them at a time (:func:`rbfkmeans._hartigan_loops.gains_wide`): their
+    gains and targets, and for the bounds of :mod:`rbfkmeans.hartigan` their squared distances
+    (float64) to their own mean, their nearest other cluster and the squared distances to it
+    and to the next. Call only where :func:`usable` holds with ``scores=True``."""
+    with _launch(blas=True):
+        out = _hartigan_loops.gains_wide(_array(X), _array(C.to(torch.float64)),
+                                         _array(N.to(torch.float64)), _array(labels),
+                                         _weights(w, X), _array(rows.to(torch.long)),
+                                         _blocks(int(rows.numel())))
+    return tuple(torch.from_numpy(a) for a in out)
 
 
 def warm_up(progress: Callable[[int, int, str], None] | None = None) -> None:
