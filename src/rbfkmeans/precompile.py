@@ -127,13 +127,20 @@ def compiled() -> bool:
     if now - _checked_at < RECHECK_S:
         return False
     _checked_at = now
-    folder = cache_dir()
-    try:
-        stamp = json.loads((folder / STAMP).read_text()) if folder is not None else {}
-    except (OSError, ValueError):
-        stamp = {}
-    _compiled = isinstance(stamp, dict) and stamp.get("key") == key()
+    _compiled = _stamp_matches(cache_dir())
     return _compiled
+
+
+def _stamp_matches(folder: Path | None) -> bool:
+    """Whether ``folder`` holds a stamp written for :func:`key` (no folder, no stamp or an
+    unreadable one: False)."""
+    if folder is None:
+        return False
+    try:
+        stamp = json.loads((folder / STAMP).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(stamp, dict) and stamp.get("key") == key()
 
 
 def clear_stale() -> int:
@@ -145,13 +152,7 @@ def clear_stale() -> int:
     the callee's old machine code after that module changed. Cleared first, every kernel is
     compiled again from the sources as they are. Silent where the folder is not writable."""
     folder = cache_dir()
-    if folder is None or not folder.is_dir():
-        return 0
-    try:
-        stamp = json.loads((folder / STAMP).read_text())
-    except (OSError, ValueError):
-        stamp = {}
-    if isinstance(stamp, dict) and stamp.get("key") == key():
+    if folder is None or not folder.is_dir() or _stamp_matches(folder):
         return 0
     removed = 0
     for name in MODULES:
