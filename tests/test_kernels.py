@@ -20,7 +20,7 @@ import torch
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from rbfkmeans import RBFKMeans, _hartigan_loops, _lloyd_loops, _loops, kernels, splits
+from rbfkmeans import RBFKMeans, _hartigan_loops, _lloyd_loops, _loops, _row_loops, kernels, splits
 from rbfkmeans import lloyd as lloyd_module
 from rbfkmeans.assignments import get_assignment
 from rbfkmeans.groups import GroupStats, _kernel_sums_wide, _torch_sums, group_stats
@@ -175,14 +175,17 @@ def test_hard_pass_without_objective_or_labels(monkeypatch: pytest.MonkeyPatch) 
        scale=st.sampled_from([1.0, 1e-300, 1e300]))
 def test_argmin_takes_the_smallest_entry_and_the_lowest_index_on_ties(values: list[int],
                                                                       scale: float) -> None:
-    """The kernels' argmin (one chain below ``ARGMIN_LANES`` entries, four beyond) equals
-    numpy's: the smallest value, on ties (few distinct values: many) the lowest index; signed
-    zeros count as equal."""
+    """The kernels' argmin and argmax (one chain below ``ARGMIN_LANES`` entries, four beyond)
+    equal numpy's: the smallest (largest) value, on ties (few distinct values: many) the lowest
+    index; signed zeros count as equal."""
     g = np.array(values, dtype=np.float64) * scale
     g[g == 0] = np.where(np.arange(len(g)) % 2 == 0, 0.0, -0.0)[g == 0]
-    best, arg = _loops._argmin(g)
+    best, arg = _row_loops._argmin(g)
     assert arg == int(np.argmin(g))
     assert best == g.min()
+    top, at = _row_loops._argmax(g)  # the same chains on -g
+    assert at == int(np.argmax(g))
+    assert top == g.max()
 
 
 def test_hard_pass_float32_matches_float64_sums() -> None:

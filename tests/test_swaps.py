@@ -332,6 +332,52 @@ def test_the_rival_from_all_rows_goes_on_only_if_it_wins_in_turn(
     assert est.inertia_ > 10 * KMeans(k, n_init=10, random_state=0).fit(X).inertia_
 
 
+def test_a_losing_rival_gives_up_its_polish_and_the_fit_is_unchanged(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rival's polish in the race takes the annealed start's ``J`` as its target: a rival
+    that loses gives up once it stalls above it, in fewer iterations than its polish to the
+    end, which ends above that ``J`` too, so the fit is the one a rival polished to its end
+    gives."""
+    from sklearn.datasets import make_blobs
+
+    from rbfkmeans import starts
+
+    X, _ = make_blobs(4000, 4, centers=60, cluster_std=1.5, center_box=(-10, 10),
+                      random_state=0)
+    k = 40
+    monkeypatch.setattr(starts, "ANNEAL_WORK", 0)
+    real = starts.lloyd
+
+    def fit(keep_target: bool) -> tuple[RBFKMeans, list[tuple[float | None, LloydResult]]]:
+        calls: list[tuple[float | None, LloydResult]] = []
+
+        def spy(data, C, **kwargs):  # type: ignore[no-untyped-def]
+            if not keep_target:
+                kwargs.pop("target", None)
+            res = real(data, C, **kwargs)
+            calls.append((kwargs.get("target"), res))
+            return res
+
+        with monkeypatch.context() as m:
+            m.setattr(starts, "lloyd", spy)
+            return RBFKMeans(k, random_state=0).fit(X), calls
+
+    raced, calls = fit(True)
+    (t_ours, ours), (t_rival, rival) = calls  # the annealed start won: no rival from all rows
+    assert t_ours is None
+    assert t_rival == ours.inertia
+    assert rival.gave_up
+    assert rival.inertia > ours.inertia
+    full, full_calls = fit(False)
+    (_, ours_full), (_, rival_full) = full_calls
+    assert ours_full.inertia == ours.inertia
+    assert rival_full.converged
+    assert rival_full.inertia > ours.inertia
+    assert rival.n_iter < rival_full.n_iter
+    assert raced.inertia_ == full.inertia_
+    np.testing.assert_array_equal(raced.labels_, full.labels_)
+
+
 def test_an_annealing_that_wins_the_race_goes_on_unchanged(monkeypatch: pytest.MonkeyPatch
                                                            ) -> None:
     """A rival that loses the race (forced: every k-means++ centroid in one blob) leaves the

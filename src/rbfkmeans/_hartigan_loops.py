@@ -16,7 +16,8 @@ imports this module; it needs numba.
 import numpy as np
 from numba import njit, prange
 
-from ._loops import WIDE_ROWS, _argmin, sq_norm
+from ._loops import WIDE_ROWS
+from ._row_loops import _argmin, sq_norm
 
 __all__ = ["gains", "gains_wide"]
 

@@ -29,7 +29,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from ._loops import _add_row, _centroid_terms, _row_scores, hard_wide, sq_norm, sum_blocks
+from ._loops import hard_wide
+from ._row_loops import _add_row, _centroid_terms, _row_scores, sq_norm, sum_blocks
 from ._wide_loops import bounded_wide, label_sums, move_rows
 
 __all__ = ["bounded", "lloyd"]

@@ -1,4 +1,7 @@
-r"""The compiled loops behind :mod:`rbfkmeans.kernels` (numba; the equations are there).
+r"""The compiled passes behind :mod:`rbfkmeans.kernels` (numba; the equations are there): the
+hard pass (:func:`hard`, and :func:`hard_wide` from BLAS products on wide rows) and the group
+pass of the annealing (:func:`group`). The per-row pieces they share are in
+:mod:`rbfkmeans._row_loops`, the swap search's loops in :mod:`rbfkmeans._swap_loops`.
 
 Each ``prange`` loop runs over at most ``nb`` blocks of consecutive rows; every block writes only
 its own row of the partial sums, and :func:`sum_blocks` adds those rows in block order, so the
@@ -8,8 +11,8 @@ and partial sums are added by scalar loops (array expressions there allocate tem
 scores are computed in float64 from ``C^T`` unless the caller hands them in (``scores`` with
 rows; wide data, where a BLAS product computes them).
 
-Only :mod:`rbfkmeans.kernels` and :mod:`rbfkmeans._lloyd_loops` (the Lloyd runs) import this
-module; it needs numba.
+Only :mod:`rbfkmeans.kernels` and the other compiled modules (the Lloyd runs, the fixed point,
+Hartigan's scoring) import this module; it needs numba.
 """
 
 import math
@@ -17,178 +20,16 @@ import math
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["WIDE_ROWS", "group", "halves", "hard", "hard_wide", "scatter_times", "spread",
-           "sum_blocks"]
+from ._row_loops import _argmax, _assign_row, _centroid_terms, _row_scores, sq_norm, sum_blocks
 
-
-
-@njit(cache=True, nogil=True)
-def sum_blocks(P):
-    """The rows of ``P`` (blocks, m) added in block order (scalar loops: no temporaries),
-    so the sums do not depend on how the blocks were shared out among the threads."""
-    out = np.zeros(P.shape[1])
-    for b in range(P.shape[0]):
-        for j in range(P.shape[1]):
-            out[j] += P[b, j]
-    return out
-
-@njit(cache=True, nogil=True)
-def _centroid_terms(C):
-    """``C^T`` (d, k) and ``||c_j||^2`` (k,) in float64, for the score loops."""
-    k, d = C.shape
-    CT = np.empty((d, k))
-    csq = np.zeros(k)
-    for j in range(k):
-        for t in range(d):
-            CT[t, j] = C[j, t]
-            csq[j] += np.float64(C[j, t]) * np.float64(C[j, t])
-    return CT, csq
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _row_scores(X, i, CT, csq, g):
-    """``g_j = ||c_j||^2 - 2 x_i.c_j`` (k,) in float64, the features added in order."""
-    for j in range(g.shape[0]):
-        g[j] = csq[j]
-    for t in range(X.shape[1]):
-        xt = -2.0 * np.float64(X[i, t])
-        for j in range(g.shape[0]):
-            g[j] += xt * CT[t, j]
-
-
-#: from this many scores on, :func:`_argmin` runs four chains (below, one: on 10 scores the
-#: four took 6 ns a row to one chain's 4 ns, on 256 87 ns to 193 ns)
-ARGMIN_LANES = 16
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _argmin(g):
-    """The smallest entry of ``g`` and its index (ties to the lowest).
-
-    From ``ARGMIN_LANES`` entries on, four running minima over the indices ``0, 1, 2, 3
-    (mod 4)``, merged at the end (the smaller value, on a tie the lower index): four
-    independent chains of compare-and-select, where one chain waits on each comparison's
-    latency (the argmin over 1,024 scores took as long as their matrix product). The same
-    result as one chain for every ``g`` without NaN."""
-    k = g.shape[0]
-    if k < ARGMIN_LANES:
-        best = g[0]
-        arg = 0
-        for j in range(1, k):
-            if g[j] < best:
-                best = g[j]
-                arg = j
-        return best, arg
-    b0, b1, b2, b3 = g[0], g[1], g[2], g[3]
-    a0, a1, a2, a3 = 0, 1, 2, 3
-    top = k - k % 4
-    for j in range(4, top, 4):
-        if g[j] < b0:
-            b0, a0 = g[j], j
-        if g[j + 1] < b1:
-            b1, a1 = g[j + 1], j + 1
-        if g[j + 2] < b2:
-            b2, a2 = g[j + 2], j + 2
-        if g[j + 3] < b3:
-            b3, a3 = g[j + 3], j + 3
-    for j in range(top, k):  # the last k mod 4 entries join chain 0 (their indices are larger)
-        if g[j] < b0:
-            b0, a0 = g[j], j
-    best, arg = _merge(b0, a0, b1, a1)
-    best2, arg2 = _merge(b2, a2, b3, a3)
-    return _merge(best, arg, best2, arg2)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _argmax(z):
-    """The largest entry of ``z`` and its index (ties to the lowest): :func:`_argmin`'s chains
-    on ``-z`` (negation is exact)."""
-    k = z.shape[0]
-    if k < ARGMIN_LANES:
-        best = z[0]
-        arg = 0
-        for j in range(1, k):
-            if z[j] > best:
-                best = z[j]
-                arg = j
-        return best, arg
-    b0, b1, b2, b3 = -z[0], -z[1], -z[2], -z[3]
-    a0, a1, a2, a3 = 0, 1, 2, 3
-    top = k - k % 4
-    for j in range(4, top, 4):
-        if -z[j] < b0:
-            b0, a0 = -z[j], j
-        if -z[j + 1] < b1:
-            b1, a1 = -z[j + 1], j + 1
-        if -z[j + 2] < b2:
-            b2, a2 = -z[j + 2], j + 2
-        if -z[j + 3] < b3:
-            b3, a3 = -z[j + 3], j + 3
-    for j in range(top, k):
-        if -z[j] < b0:
-            b0, a0 = -z[j], j
-    best, arg = _merge(b0, a0, b1, a1)
-    best2, arg2 = _merge(b2, a2, b3, a3)
-    best, arg = _merge(best, arg, best2, arg2)
-    return -best, arg
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _merge(b, a, c, e):
-    """The smaller of two (value, index) pairs; on equal values the lower index."""
-    if c < b or (c == b and e < a):
-        return c, e
-    return b, a
-
-
-@njit(cache=True, nogil=True, inline="always")
-def sq_norm(X, i):
-    """``||x_i||^2`` in float64: four partial sums over the features ``t = 0, 1, 2, 3 (mod 4)``,
-    added pairwise at the end. Four independent chains of additions, where one chain made a
-    pass over wide rows wait on its latency; the same order on every machine."""
-    d = X.shape[1]
-    s0 = s1 = s2 = s3 = 0.0
-    t = 0
-    while t + 4 <= d:
-        x0 = np.float64(X[i, t])
-        x1 = np.float64(X[i, t + 1])
-        x2 = np.float64(X[i, t + 2])
-        x3 = np.float64(X[i, t + 3])
-        s0 += x0 * x0
-        s1 += x1 * x1
-        s2 += x2 * x2
-        s3 += x3 * x3
-        t += 4
-    while t < d:
-        x0 = np.float64(X[i, t])
-        s0 += x0 * x0
-        t += 1
-    return (s0 + s1) + (s2 + s3)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _add_row(X, i, wi, N, S, a):
-    """Row ``i`` of weight ``wi`` into cluster ``a`` of one block's sums ``N`` (k,), ``S`` (k, d);
-    returns ``||x_i||^2`` (:func:`sq_norm`)."""
-    N[a] += wi
-    for t in range(X.shape[1]):
-        S[a, t] += wi * np.float64(X[i, t])
-    return sq_norm(X, i)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _assign_row(X, i, g, w, has_w, labels, N, S):
-    """Row ``i`` to the centroid of its smallest score ``g_j`` (its label and its share of the
-    sums ``N``, ``S``); returns its term ``w_i [g_min + ||x_i||^2]_+`` of ``J``."""
-    best, arg = _argmin(g)
-    labels[i] = arg
-    wi = np.float64(w[i]) if has_w else 1.0
-    xs = _add_row(X, i, wi, N, S, arg)
-    return wi * max(best + xs, 0.0)
+__all__ = ["WIDE_ROWS", "group", "hard", "hard_wide"]
 
 
 @njit(parallel=True, cache=True, nogil=True)
 def hard(X, C, w, objective, labels, nb):
+    """One hard pass over the rows of ``X`` (scores from ``C^T`` in float64): ``labels`` (n,)
+    filled with each row's nearest centroid, and ``N``, ``S`` and (with ``objective``) ``J``
+    summed in block order."""
     n, d = X.shape
     k = C.shape[0]
     has_w = w.shape[0] > 0
@@ -458,89 +299,3 @@ def group(
                             A[b, sp, u, v] += yu * y_row[v]
     return (sum_blocks(N), sum_blocks(S.reshape(nb, g * d)).reshape(g, d), sum_blocks(V),
             sum_blocks(acc), sum_blocks(A.reshape(nb, -1)).reshape(-1, d, d))
-
-@njit(parallel=True, cache=True, nogil=True)
-def spread(X, C, labels, w, scatter, nb):
-    n, d = X.shape
-    k = C.shape[0]
-    has_w = w.shape[0] > 0
-    CT, csq = _centroid_terms(C)
-    block = (n + nb - 1) // nb
-    R = np.zeros((nb, k))
-    W = np.zeros((nb, k if scatter else 0, d, d))
-    G = np.empty((nb, k))
-    Y = np.empty((nb, d))
-    for b in prange(nb):
-        g = G[b]
-        y = Y[b]
-        for i in range(b * block, min(n, (b + 1) * block)):
-            _row_scores(X, i, CT, csq, g)
-            xs = 0.0
-            for t in range(d):
-                xs += np.float64(X[i, t]) * np.float64(X[i, t])
-            g1 = np.inf  # the two smallest scores (as a sorted top-2 would give them)
-            g2 = np.inf
-            for j in range(k):
-                if g[j] < g1:
-                    g2 = g1
-                    g1 = g[j]
-                elif g[j] < g2:
-                    g2 = g[j]
-            wi = np.float64(w[i]) if has_w else 1.0
-            a = labels[i]
-            R[b, a] += wi * (max(g2 + xs, 0.0) - max(g1 + xs, 0.0))
-            if not scatter:
-                continue
-            for t in range(d):
-                y[t] = np.float64(X[i, t]) - np.float64(C[a, t])
-            for u in range(d):
-                yu = wi * y[u]
-                for v in range(d):
-                    W[b, a, u, v] += yu * y[v]
-    return sum_blocks(R), sum_blocks(W.reshape(nb, W.shape[1] * d * d)).reshape(-1, d, d)
-
-@njit(parallel=True, cache=True, nogil=True)
-def scatter_times(X, C, labels, V, w, nb):
-    """``U_a = sum_{a_i = a} w_i y_i (y_i . V_a)`` (k, d), ``y_i = x_i - c_a``: each cluster's
-    scatter matrix times its vector, in one sweep, never forming a matrix (float64)."""
-    n, d = X.shape
-    k = C.shape[0]
-    has_w = w.shape[0] > 0
-    block = (n + nb - 1) // nb
-    U = np.zeros((nb, k, d))
-    Y = np.empty((nb, d))
-    for b in prange(nb):
-        y = Y[b]
-        for i in range(b * block, min(n, (b + 1) * block)):
-            a = labels[i]
-            proj = 0.0
-            for t in range(d):
-                y[t] = np.float64(X[i, t]) - np.float64(C[a, t])
-                proj += y[t] * V[a, t]
-            if has_w:
-                proj *= np.float64(w[i])
-            for t in range(d):
-                U[b, a, t] += proj * y[t]
-    return sum_blocks(U.reshape(nb, k * d)).reshape(k, d)
-
-
-@njit(parallel=True, cache=True, nogil=True)
-def halves(X, C, labels, V, w, nb):
-    n, d = X.shape
-    k = C.shape[0]
-    has_w = w.shape[0] > 0
-    block = (n + nb - 1) // nb
-    count = np.zeros((nb, 2 * k))
-    total = np.zeros((nb, 2 * k, d))
-    for b in prange(nb):
-        for i in range(b * block, min(n, (b + 1) * block)):
-            a = labels[i]
-            proj = 0.0
-            for t in range(d):
-                proj += (np.float64(X[i, t]) - np.float64(C[a, t])) * V[a, t]
-            half = 2 * a + (1 if proj > 0.0 else 0)
-            wi = np.float64(w[i]) if has_w else 1.0
-            count[b, half] += wi
-            for t in range(d):
-                total[b, half, t] += wi * np.float64(X[i, t])
-    return sum_blocks(count), sum_blocks(total.reshape(nb, 2 * k * d)).reshape(2 * k, d)

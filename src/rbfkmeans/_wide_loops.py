@@ -31,7 +31,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from ._loops import WIDE_ROWS, sum_blocks
+from ._loops import WIDE_ROWS
+from ._row_loops import _argmin, sum_blocks
 
 __all__ = ["RHO", "bounded_wide", "label_sums", "move_rows"]
 
@@ -40,6 +41,39 @@ RHO = 64.0 * 2.0**-52
 #: float32 lower bounds are stored this much below their float64 value (a float32 rounds by at
 #: most 2^-24 relative)
 _DOWN = 1.0 - 2.0**-20
+
+
+@njit(cache=True, nogil=True)
+def _members(group_of, t):
+    """The centroids sorted by group (k,), in index order within each, and where each group's
+    run of them starts (t + 1,)."""
+    starts = np.zeros(t + 1, dtype=np.int64)
+    for j in range(group_of.shape[0]):
+        starts[group_of[j] + 1] += 1
+    for g in range(t):
+        starts[g + 1] += starts[g]
+    members = np.empty(group_of.shape[0], dtype=np.int64)
+    fill = starts[:t].copy()
+    for j in range(group_of.shape[0]):
+        members[fill[group_of[j]]] = j
+        fill[group_of[j]] += 1
+    return members, starts
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _group_lows(scores, a, members, starts, lows):
+    """``lows[g]``: the smallest of ``scores`` over the centroids of group ``g`` other than
+    ``a`` (``inf`` for none), each group's run of :func:`_members` read in turn (independent
+    chains of a few compares, where a loop over the centroids in index order waited on each
+    group's running minimum)."""
+    for g in range(lows.shape[0]):
+        low = np.inf
+        for q in range(starts[g], starts[g + 1]):
+            j = members[q]
+            v = scores[j]
+            if v < low and j != a:
+                low = v
+        lows[g] = low
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -64,6 +98,7 @@ def bounded_wide(X, C, old, new, upper, lower, xs, delta, group_of, t, unit, fir
     shift = np.zeros(t)  # the most any centroid of each group moved
     for j in range(k):
         shift[group_of[j]] = max(shift[group_of[j]], delta[j])
+    members, starts = _members(group_of, t)
     block = (n + nb - 1) // nb
     scored = np.zeros(nb, dtype=np.int64)
     for b in prange(nb):
@@ -102,6 +137,7 @@ def bounded_wide(X, C, old, new, upper, lower, xs, delta, group_of, t, unit, fir
                 m += 1
         scored[b] = m
         buf = np.empty((min(WIDE_ROWS, max(m, 1)), d), dtype=X.dtype)
+        scores = np.empty(k)
         lows = np.empty(t)
         for s0 in range(0, m, WIDE_ROWS):
             s1 = min(m, s0 + WIDE_ROWS)
@@ -113,21 +149,10 @@ def bounded_wide(X, C, old, new, upper, lower, xs, delta, group_of, t, unit, fir
             for r in range(s1 - s0):
                 i = todo[s0 + r]
                 E = kappa * math.sqrt(xs[i]) * cmax
-                best = np.inf
-                a = 0
                 for j in range(k):
-                    gj = csq[j] - 2.0 * np.float64(P[r, j])
-                    if gj < best:
-                        best = gj
-                        a = j
-                for g in range(t):
-                    lows[g] = np.inf
-                for j in range(k):
-                    if j != a:
-                        gj = csq[j] - 2.0 * np.float64(P[r, j])
-                        g = group_of[j]
-                        if gj < lows[g]:
-                            lows[g] = gj
+                    scores[j] = csq[j] - 2.0 * np.float64(P[r, j])
+                best, a = _argmin(scores)
+                _group_lows(scores, a, members, starts, lows)
                 new[i] = a
                 upper[i] = math.sqrt(max(best + xs[i] + E, 0.0)) * (1.0 + RHO)
                 for g in range(t):

@@ -30,9 +30,11 @@ cluster's halves), :func:`lloyd_run` runs whole Lloyd iterations (assignment, up
 stopping rules) in compiled code for :func:`rbfkmeans.lloyd.lloyd`, and
 :func:`group_fixed_point` the annealing's SQUAREM fixed point at one temperature (group passes,
 updates, extrapolations and their safeguard) for :func:`rbfkmeans.splits.anneal_splits`. The
-loops are in the private ``rbfkmeans._loops`` (the passes), ``rbfkmeans._lloyd_loops`` (the
-Lloyd runs) and ``rbfkmeans._squarem_loops`` (the fixed point); this module holds the rule, the
-threads and the typed wrappers.
+loops are in the private ``rbfkmeans._loops`` (the passes), ``rbfkmeans._swap_loops`` (the
+swap search's sweeps), ``rbfkmeans._lloyd_loops`` (the Lloyd runs),
+``rbfkmeans._squarem_loops`` (the fixed point) and ``rbfkmeans._hartigan_loops`` (Hartigan's
+scoring), with the per-row pieces they share in ``rbfkmeans._row_loops``; this module holds
+the rule, the threads and the typed wrappers.
 
 They run on CPU tensors. Up to ``MAX_DIM`` features they compute the scores row by row; for
 wider data a BLAS matrix product beats a per-row loop, so each block of rows takes its scores
@@ -67,7 +69,7 @@ from ._validation import check_positive_int
 try:  # pragma: no cover - exercised by whichever environment runs the suite
     import numba
 
-    from . import _hartigan_loops, _lloyd_loops, _loops, _squarem_loops
+    from . import _hartigan_loops, _lloyd_loops, _loops, _squarem_loops, _swap_loops
 except ImportError:  # pragma: no cover
     numba = None  # type: ignore[assignment]
 
@@ -407,9 +409,10 @@ def spread_pass(X: Tensor, C: Tensor, labels: Tensor, w: Tensor | None, *,
     ``W_a = sum_{a_i = a} w_i (x_i - c_a)(x_i - c_a)^T`` (k, d, d; (0, d, d) without
     ``scatter``). Needs ``k >= 2``; call only where :func:`usable` holds (with ``gains=k``)."""
     with _launch():
-        R, W = _loops.spread(_array(X), _array(C.to(X.dtype)), _array(labels), _weights(w, X),
-                              bool(scatter), _blocks(int(X.shape[0]), int(C.shape[0]) * (
-                                  int(X.shape[1]) ** 2 if scatter else 1)))
+        R, W = _swap_loops.spread(_array(X), _array(C.to(X.dtype)), _array(labels),
+                                  _weights(w, X), bool(scatter),
+                                  _blocks(int(X.shape[0]), int(C.shape[0]) * (
+                                      int(X.shape[1]) ** 2 if scatter else 1)))
     return torch.from_numpy(R), torch.from_numpy(W)
 
 
@@ -420,9 +423,9 @@ def scatter_pass(X: Tensor, C: Tensor, labels: Tensor, V: Tensor,
     formed: the power iterations of :func:`rbfkmeans.swaps.swap_costs` on wide data."""
     k, d = int(C.shape[0]), int(X.shape[1])
     with _launch():
-        U = _loops.scatter_times(_array(X), _array(C.to(X.dtype)), _array(labels),
-                                 _array(V.to(torch.float64)), _weights(w, X),
-                                 _blocks(int(X.shape[0]), k * d))
+        U = _swap_loops.scatter_times(_array(X), _array(C.to(X.dtype)), _array(labels),
+                                      _array(V.to(torch.float64)), _weights(w, X),
+                                      _blocks(int(X.shape[0]), k * d))
     return torch.from_numpy(U)
 
 
@@ -432,10 +435,10 @@ def halves_pass(X: Tensor, C: Tensor, labels: Tensor, V: Tensor,
     weight ``count`` (2k,) and weighted sum ``total`` (2k, d) of the rows on each side (entry
     ``2a`` the side ``(x - c_a).V_a <= 0``, ``2a + 1`` the other), float64."""
     with _launch():
-        count, total = _loops.halves(_array(X), _array(C.to(X.dtype)), _array(labels),
-                                      _array(V.to(torch.float64)), _weights(w, X),
-                                      _blocks(int(X.shape[0]),
-                                              2 * int(C.shape[0]) * int(X.shape[1])))
+        count, total = _swap_loops.halves(_array(X), _array(C.to(X.dtype)), _array(labels),
+                                          _array(V.to(torch.float64)), _weights(w, X),
+                                          _blocks(int(X.shape[0]),
+                                                  2 * int(C.shape[0]) * int(X.shape[1])))
     return torch.from_numpy(count), torch.from_numpy(total)
 
 

@@ -60,7 +60,8 @@ PAYBACK_ENTRIES = 1 << 10
 #: costs more than the whole fit on the torch passes)
 FIRST_PAYBACK_ENTRIES = 1 << 14
 #: the modules whose numba functions the stamp covers (their sources are part of its key)
-MODULES = ("_loops", "_lloyd_loops", "_squarem_loops", "_wide_loops", "_hartigan_loops")
+MODULES = ("_row_loops", "_loops", "_swap_loops", "_lloyd_loops", "_squarem_loops", "_wide_loops",
+           "_hartigan_loops")
 #: the stamp and the lock, in numba's cache folder for this package
 STAMP = "rbfkmeans-kernels.ready"
 LOCK = "rbfkmeans-kernels.lock"

@@ -192,7 +192,13 @@ def race(est: RBFKMeans, search: Data, C: Tensor, gen: torch.Generator, seed: in
     the annealed start wins), so where the search rows hold more than ``2 m`` rows the race
     is first run against a rival drawn from ``m`` other rows (not the race rows, which would
     favour a start made of them), and the one from all rows is drawn only if that rival wins;
-    it goes on if it also ends below the annealed start."""
+    it goes on if it also ends below the annealed start.
+
+    A rival's polish gives up once it stalls above the annealed start's ``J``
+    (:func:`rbfkmeans.lloyd.lloyd`'s ``target``): a rival that loses is not polished to its
+    end (on MNIST's 64-dimensional PCA with k = 1,024, where the annealed start wins by 0.8%,
+    the losing rival's polish had taken 41 iterations, 1.2 s of a 3.2 s race). A rival that
+    wins never gives up, so its polish is the one that goes on."""
     _check_run(est, search, "search")
     k = est.n_clusters
     m = RACE_ROWS_PER_CLUSTER * k
@@ -202,13 +208,13 @@ def race(est: RBFKMeans, search: Data, C: Tensor, gen: torch.Generator, seed: in
     rival = initial_centers(search if drawn_from_all else pool.take(m, skip=m), k,
                             "k-means++", generator=gen, seed=seed)
     ours = lloyd(rows, C, max_iter=est.max_iter, tol=0.0)
-    theirs = lloyd(rows, rival, max_iter=est.max_iter, tol=0.0)
+    theirs = lloyd(rows, rival, max_iter=est.max_iter, tol=0.0, target=ours.inertia)
     n_iter = ours.n_iter + theirs.n_iter
     if theirs.inertia >= ours.inertia:
         return C, (ours if rows is search else None), n_iter
     if not drawn_from_all:
         rival = initial_centers(search, k, "k-means++", generator=gen, seed=seed)
-        theirs = lloyd(rows, rival, max_iter=est.max_iter, tol=0.0)
+        theirs = lloyd(rows, rival, max_iter=est.max_iter, tol=0.0, target=ours.inertia)
         n_iter += theirs.n_iter
         if theirs.inertia >= ours.inertia:
             return C, None, n_iter
