@@ -40,6 +40,12 @@ BOUNDS_MIN_ENTRIES = 1 << 20
 #: ``kernels.MAX_DIM`` features) from this many centroids per feature on. Ten Lloyd iterations
 #: from a k-means++ start (2 threads) took 0.44x-0.76x the compiled run's time at k = 8 d to 32 d
 #: (d = 32, 64, 128 with k = 256 or 1,024), 0.93x at k = 4 d, and 1.05x-2.4x at k = 2 d or less.
+#: Since the compiled run rescores a row with the four-chain argmin, which group is which
+#: decides: on MNIST's PCA (70,000 rows, d = 32, 64, 128) the compiled runs took 0.36x-0.65x
+#: the torch passes' time to convergence at k = 256 and 1,024, on a mixture of 4,096 unequal
+#: Gaussians (200,000 rows) 0.48x-0.57x at k = 256 but 1.12x-1.6x at k = 1,024, where a few
+#: centroids of a k-means++ start move far, and the torch passes' exact distances to the
+#: centroids that moved most (``bounds.MOVERS``) keep more rows' bounds than a group's shift.
 BOUNDS_OVER_KERNEL = 8
 
 
