@@ -2,9 +2,10 @@ r"""The per-row pieces every compiled pass shares (numba): a row's scores agains
 centroids, the argmin and argmax of those scores, its squared norm, its share of a block's sums,
 and the block sums added in block order.
 
-Each is inlined into the loops of :mod:`rbfkmeans._loops`, :mod:`rbfkmeans._swap_loops`,
-:mod:`rbfkmeans._lloyd_loops` and :mod:`rbfkmeans._hartigan_loops`, which alone import this
-module; it needs numba.
+The loops of :mod:`rbfkmeans._loops`, :mod:`rbfkmeans._swap_loops`,
+:mod:`rbfkmeans._lloyd_loops`, :mod:`rbfkmeans._wide_loops` and
+:mod:`rbfkmeans._hartigan_loops` call them (the per-row ones inlined), and they alone import
+this module; it needs numba.
 """
 
 import numpy as np
@@ -22,6 +23,7 @@ def sum_blocks(P):
         for j in range(P.shape[1]):
             out[j] += P[b, j]
     return out
+
 
 @njit(cache=True, nogil=True)
 def _centroid_terms(C):

@@ -63,9 +63,9 @@ def _members(group_of, t):
 @njit(cache=True, nogil=True, inline="always")
 def _group_lows(scores, a, members, starts, lows):
     """``lows[g]``: the smallest of ``scores`` over the centroids of group ``g`` other than
-    ``a`` (``inf`` for none), each group's run of :func:`_members` read in turn (independent
-    chains of a few compares, where a loop over the centroids in index order waited on each
-    group's running minimum)."""
+    ``a`` (``inf`` for none), each group's run of :func:`_members` read in turn: a short
+    chain of compares per group, where a scatter over the centroids in index order had
+    updated the groups' minima one dependent step at a time."""
     for g in range(lows.shape[0]):
         low = np.inf
         for q in range(starts[g], starts[g + 1]):
