@@ -61,7 +61,7 @@ def gains_wide(X, C, N, labels, w, rows, nb):
     """:func:`gains` for the rows ``rows`` (m,) of wide data (module docstring): ``nb`` blocks of
     them in parallel, the distances of ``WIDE_ROWS`` gathered rows at a time from one BLAS
     product (the caller runs the BLAS on one thread), the best target by
-    :func:`rbfkmeans._loops._argmin` (ties to the lowest cluster, as :func:`gains`). Returns,
+    :func:`rbfkmeans._row_loops._argmin` (ties to the lowest cluster, as :func:`gains`). Returns,
     per row of ``rows``, the gain and target, and for the caller's bounds the squared distance
     to its own mean, its nearest other cluster and the squared distances to that one and to
     the next (``inf`` where there is none)."""

@@ -140,7 +140,7 @@ def bounded(X, C, w, old, new, upper, lower, xs, delta, first, objective, moved,
 
 @njit(cache=True, nogil=True, inline="always")
 def _own_score(X, i, CT, csq, a):
-    """``g_a = ||c_a||^2 - 2 x_i.c_a`` in the order of :func:`rbfkmeans._loops._row_scores`."""
+    """``g_a = ||c_a||^2 - 2 x_i.c_a`` in the order of :func:`rbfkmeans._row_loops._row_scores`."""
     ga = csq[a]
     for t in range(X.shape[1]):
         ga += -2.0 * np.float64(X[i, t]) * CT[t, a]
