@@ -121,6 +121,51 @@ def test_lloyd_with_bounds_equals_plain_lloyd(seed: int, weighted: bool, metric:
     assert fast.inertia == pytest.approx(plain.inertia, rel=1e-12)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("metric", ["sqeuclidean", "cosine"])
+def test_a_warm_start_takes_up_the_parents_bounds_and_ends_where_a_cold_start_ends(
+        weighted: bool, metric: str) -> None:
+    """``lloyd(warm=(parent, rows))`` on the bounded passes starts from the parent's labels and
+    bounds (:meth:`BoundedAssignment.start_from`): a swap (two centroids replaced), a grown set
+    (two new centroids) and a subset (two gone) end with the labels, iterations and centroids
+    of full passes from the same start, and score fewer points than a cold start."""
+    X = _blobs(1, 4000, 4, 90)
+    w = torch.linspace(0.1, 2.0, 4000, dtype=torch.float64) if weighted else None
+    data = Data(X, w, chunk_size=700, metric=metric)
+    k = MOVERS_MIN_K + 8
+    parent = lloyd(data, X[:k].clone(), bounds=True)
+    assert parent.bounded is not None
+    swap = parent.C.clone()
+    swap[3], swap[40] = X[3000], X[3001]
+    swap_rows = torch.arange(k)
+    swap_rows[[3, 40]] = -1
+    keep = torch.tensor([j for j in range(k) if j not in (5, 17)])
+    starts = [(swap, swap_rows),
+              (torch.cat([parent.C, X[[2500, 2600]]]), torch.cat([torch.arange(k),
+                                                                  torch.tensor([-1, -1])])),
+              (parent.C[keep], keep)]
+    for C0, rows in starts:
+        warm = lloyd(data, C0, bounds=True, warm=(parent, rows))
+        cold = lloyd(data, C0, bounds=True)
+        plain = lloyd(data, C0, bounds=False)
+        assert warm.n_iter == plain.n_iter
+        assert torch.equal(warm.labels, plain.labels)
+        torch.testing.assert_close(warm.C, plain.C, rtol=1e-12, atol=1e-12)
+        assert warm.inertia == pytest.approx(plain.inertia, rel=1e-12)
+        assert warm.bounded is not None
+        assert cold.bounded is not None
+        assert warm.bounded.n_full < cold.bounded.n_full
+
+
+def test_start_from_rejects_a_parent_on_other_rows() -> None:
+    X = _blobs(0, 500, 3, 4)
+    parent = BoundedAssignment(Data(X))
+    parent(X[:4].clone())
+    child = BoundedAssignment(Data(X.clone()))
+    with pytest.raises(ValueError, match="same rows"):
+        child.start_from(parent, X[:4].clone(), torch.arange(4))
+
+
 def test_bounds_skip_most_points_once_labels_settle() -> None:
     X = _blobs(0, 4000, 3, 8)
     data = Data(X)
@@ -192,7 +237,7 @@ def test_default_uses_bounds_on_large_problems_only(monkeypatch: pytest.MonkeyPa
     n = BOUNDS_MIN_ENTRIES // k
     big = Data(_blobs(0, n, 2, 3))
     lloyd(big, big.X[:k].clone(), max_iter=2)
-    assert calls == [k, k]
+    assert calls == [k, k, k]  # two iterations, then the labels at the last centroids
     # a progress callback needs the objective of every pass: the full passes run
     calls.clear()
     lloyd(big, big.X[:k].clone(), max_iter=2, callback=lambda it, C, s: None)
@@ -201,7 +246,7 @@ def test_default_uses_bounds_on_large_problems_only(monkeypatch: pytest.MonkeyPa
     # the bookkeeping of the bounds: full passes
     monkeypatch.delenv("RBFKMEANS_KERNELS")
     lloyd(big, big.X[:k].clone(), max_iter=2)
-    assert calls == ([] if kernels.usable(big.X, k) else [k, k])
+    assert calls == ([] if kernels.usable(big.X, k) else [k, k, k])
     assert kernels.usable(big.X, k) == kernels.enabled()
 
 
@@ -218,7 +263,7 @@ def test_wide_data_with_many_centroids_per_feature_takes_the_bounded_passes(
     data = Data(X)
     C0 = X[:k].clone()
     res = lloyd(data, C0, max_iter=6, tol=0.0)
-    assert calls == [k] * res.n_iter
+    assert calls == [k] * (res.n_iter + 1)
     assert res.n_iter >= 2
     ref = lloyd(data, C0, max_iter=6, tol=0.0, bounds=False)
     assert torch.equal(res.labels, ref.labels)

@@ -110,6 +110,23 @@ def _means(data: Data, labels: Tensor, k: int) -> tuple[Tensor, Tensor]:
     return N, S / N.clamp(min=torch.finfo(torch.float64).tiny).unsqueeze(1)
 
 
+def _singletons_exact(data: Data, N: Tensor, labels: Tensor) -> Tensor:
+    """``N`` with the weight of each cluster of one row set to that row's weight. Carried as
+    ``N + dN``, weighted sums drift by rounding: a cluster of one row of weight ``w`` could read
+    ``N_a > w`` and offer a move that empties it, with a gain of ``w N_a / (N_a - w)`` times a
+    rounding-size distance (huge), which ranks first and stalls every batch."""
+    if data.w is None:  # sums of ones: exact
+        return N
+    k = N.shape[0]
+    count = torch.zeros(k, dtype=torch.float64, device=N.device)
+    fresh = torch.zeros(k, dtype=torch.float64, device=N.device)
+    count.index_add_(0, labels, torch.ones(labels.numel(), dtype=torch.float64,
+                                           device=N.device))
+    fresh.index_add_(0, labels, data.w.to(torch.float64))
+    data.comm.sum_(count, fresh)
+    return torch.where(count == 1, fresh, N)
+
+
 def holds_weight(data: Data, labels: Tensor, k: int) -> bool:
     """Whether every one of the ``k`` clusters of ``labels`` holds weight (over all ranks): the
     partitions :func:`hartigan` starts from (fewer distinct points than ``k`` leave some
@@ -326,7 +343,7 @@ def hartigan(data: Data, labels: Tensor, k: int, *, max_passes: int = 100,
                                                  target[mine])
             if change < -min_gain:
                 labels[rows[mine]] = target[mine]
-                N, C = N_new, C_new
+                N, C = _singletons_exact(data, N_new, labels), C_new
                 moves += m
                 accepted = True
                 break

@@ -70,6 +70,8 @@ class LloydResult:
     #: the compiled run's distance bounds at ``C`` (upper, lower per row), for a run that starts
     #: next to it (``lloyd(warm=...)``); None from the torch passes
     bounds: tuple[Tensor, Tensor] | None = field(default=None, repr=False)
+    #: the torch passes' bounded state at ``C``, for the same use; None from the other passes
+    bounded: BoundedAssignment | None = field(default=None, repr=False)
 
 
 def _top_over_ranks(data: Data, score: Tensor, m: int, *extra: Tensor) -> tuple[Tensor, ...]:
@@ -235,7 +237,8 @@ def lloyd(
     if target is not None and not (isinstance(target, int | float)
                                    and not isinstance(target, bool) and math.isfinite(target)):
         raise ValueError(f"target must be a finite number or None; got {target!r}")
-    C = data.project(data.check_centroids(C0, "C0").clone(), name="C0")
+    C_in = data.check_centroids(C0, "C0")
+    C = data.project(C_in.clone(), name="C0")
     comm = data.comm
     spherical = data.metric.spherical
     labels_old: Tensor | None = None
@@ -253,6 +256,9 @@ def lloyd(
                        or (d > kernels.MAX_DIM and k >= BOUNDS_OVER_KERNEL * d)))
     if bounds and callback is None:
         bounded = BoundedAssignment(_euclidean(data) if spherical else data)
+        if warm is not None and warm[0].bounded is not None:
+            # kept rows as given (unit rows projected again may round differently)
+            bounded.start_from(warm[0].bounded, C, _check_warm_rows(C_in, *warm))
     it = done = 0
     gave_up = False
     if (bounded is None and callback is None and not comm.active and compiled_metric
@@ -304,6 +310,14 @@ def lloyd(
                 gave_up = True
                 break
             J_prev = J
+    if bounded is not None:
+        # the labels at the last centroids by one more bounded pass (after a converged run
+        # they moved by rounding: few points are in doubt), and J from them, O(n d)
+        labels = bounded(C).labels
+        assert labels is not None
+        J = (_spherical_objective(data, C, labels) if spherical
+             else _labelled_inertia(data, C, labels))
+        return LloydResult(C, labels, J, it, converged, gave_up, bounded=bounded)
     final = cluster_stats(data, C, 0.0, "hard", return_labels=True)
     assert final.labels is not None
     return LloydResult(C, final.labels, final.inertia, it, converged, gave_up)
@@ -316,6 +330,17 @@ def _warm_start(C: Tensor, parent: LloydResult,
     Checks that every row kept equals its parent's centroid exactly."""
     if parent.bounds is None:
         return None
+    rows = _check_warm_rows(C, parent, rows)
+    kept = (rows >= 0).nonzero().squeeze(1)
+    renumber = torch.full((parent.C.shape[0],), -1, dtype=torch.long)
+    renumber[rows[kept]] = kept
+    moved = (rows < 0).nonzero().squeeze(1)
+    return renumber[parent.labels], parent.bounds[0], parent.bounds[1], moved
+
+
+def _check_warm_rows(C: Tensor, parent: LloydResult, rows: Tensor) -> Tensor:
+    """``rows`` as int64, checked: shape (k,), each -1 or a distinct row of the parent's
+    centroids, and every row kept equal to its parent's centroid exactly."""
     if not isinstance(rows, Tensor) or rows.shape != (C.shape[0],):
         raise ValueError(f"warm rows must be a tensor of shape ({C.shape[0]},); got "
                          f"{tuple(getattr(rows, 'shape', ()))}")
@@ -326,22 +351,32 @@ def _warm_start(C: Tensor, parent: LloydResult,
                          f"centroids or -1; got {rows.tolist()}")
     if kept.numel() and not torch.equal(C[kept], parent.C[rows[kept]].to(C.dtype)):
         raise ValueError("warm: a centroid marked as kept differs from its parent's")
-    renumber = torch.full((parent.C.shape[0],), -1, dtype=torch.long)
-    renumber[rows[kept]] = kept
-    moved = (rows < 0).nonzero().squeeze(1)
-    return renumber[parent.labels], parent.bounds[0], parent.bounds[1], moved
+    return rows
 
 
 def _spherical_objective(data: Data, C: Tensor, labels: Tensor) -> float:
     """``sum_i w_i (1 - x_i . c_{l_i})`` of unit rows at unit centroids ``C`` with ``labels``,
-    in float64, by chunks (the spherical objective of a hard pass at ``C``, as its scores
-    round)."""
+    in float64, by chunks and summed over ranks (the spherical objective of a hard pass at
+    ``C``, as its scores round)."""
     total = 0.0
     for s in data.chunks(1):
         cos = torch.einsum("nd,nd->n", data.X[s], C[labels[s]]).double()  # (b,)
         w = data.weight(s)
         total += float((1.0 - cos).sum() if w is None else (1.0 - cos) @ w.double())
-    return total
+    return data.comm.sum_scalars(total)[0]
+
+
+def _labelled_inertia(data: Data, C: Tensor, labels: Tensor) -> float:
+    """``J = sum_i w_i ||x_i - c_{l_i}||^2`` at ``C`` (k, d) with ``labels``, the differences
+    in float64, by chunks and summed over ranks (a hard pass's ``J`` when ``labels`` are the
+    nearest centroids, without its ``n k d`` products)."""
+    total = 0.0
+    Cd = C.double()
+    for s in data.chunks(data.d):
+        r = (data.X[s].double() - Cd[labels[s]]).pow_(2).sum(dim=1)  # (b,)
+        w = data.weight(s)
+        total += float(r.sum() if w is None else r @ w.double())
+    return data.comm.sum_scalars(total)[0]
 
 
 def _euclidean(data: Data) -> Data:
