@@ -22,6 +22,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from rbfkmeans import RBFKMeans
 from rbfkmeans.frame import Frame
+from rbfkmeans.lloyd import lloyd
 from rbfkmeans.passes import Data, cluster_stats, nearest
 from rbfkmeans.sparse import SparseRows, dense, is_sparse
 from rbfkmeans.spread import sparse_spread
@@ -263,6 +264,29 @@ def test_pass_statistics_equal_the_dense_passes() -> None:
         torch.testing.assert_close(a.S, b.S)
         assert a.objective == pytest.approx(b.objective, rel=1e-10)
     torch.testing.assert_close(nearest(ds, C, two=True).dist, nearest(dd, C, two=True).dist)
+
+
+@pytest.mark.parametrize("metric", ["sqeuclidean", "cosine"])
+def test_bounded_lloyd_runs_and_their_warm_starts_equal_the_dense_ones(metric: str) -> None:
+    """The torch passes with bounds on CSR rows: a run, then a swap trial started from its
+    bounds (``warm``), give the labels, iterations and ``J`` of the same runs on dense rows."""
+    A, _ = clustered_csr(400, 60, 6)
+    ds = Data(rows_of(A), metric=metric)
+    dd = Data(torch.from_numpy(A.toarray()), metric=metric)
+    C0 = torch.from_numpy(A[:8].toarray())
+    a, b = lloyd(ds, C0, bounds=True), lloyd(dd, C0, bounds=True)
+    assert torch.equal(a.labels, b.labels)
+    assert a.inertia == pytest.approx(b.inertia, rel=1e-9)
+    C = a.C.clone()
+    C[2] = torch.from_numpy(A[[100]].toarray()[0])
+    rows = torch.arange(8)
+    rows[2] = -1
+    Cb = b.C.clone()
+    Cb[2] = C[2]
+    a2, b2 = lloyd(ds, C, bounds=True, warm=(a, rows)), lloyd(dd, Cb, bounds=True, warm=(b, rows))
+    assert torch.equal(a2.labels, b2.labels)
+    assert a2.n_iter == b2.n_iter
+    assert a2.inertia == pytest.approx(b2.inertia, rel=1e-9)
 
 
 # -- the estimator on CSR data against the same fit of the densified data -----------------------

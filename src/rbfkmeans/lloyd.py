@@ -360,7 +360,7 @@ def _spherical_objective(data: Data, C: Tensor, labels: Tensor) -> float:
     ``C``, as its scores round)."""
     total = 0.0
     for s in data.chunks(1):
-        cos = torch.einsum("nd,nd->n", data.X[s], C[labels[s]]).double()  # (b,)
+        cos = torch.einsum("nd,nd->n", dense(data.X[s]), C[labels[s]]).double()  # (b,)
         w = data.weight(s)
         total += float((1.0 - cos).sum() if w is None else (1.0 - cos) @ w.double())
     return data.comm.sum_scalars(total)[0]
@@ -373,7 +373,7 @@ def _labelled_inertia(data: Data, C: Tensor, labels: Tensor) -> float:
     total = 0.0
     Cd = C.double()
     for s in data.chunks(data.d):
-        r = (data.X[s].double() - Cd[labels[s]]).pow_(2).sum(dim=1)  # (b,)
+        r = (dense(data.X[s]).double() - Cd[labels[s]]).pow_(2).sum(dim=1)  # (b,)
         w = data.weight(s)
         total += float(r.sum() if w is None else r @ w.double())
     return data.comm.sum_scalars(total)[0]
