@@ -124,19 +124,8 @@ class BoundedAssignment:
                 D = cross_term(data.X[s], C_new, C_new_sq).add_(data.X_sq[s].unsqueeze(1))
                 near = (D.double().amin(dim=1) - e[s]).clamp_(min=0.0).sqrt_()
                 torch.minimum(self._l[s], near, out=self._l[s])
-        orphans = (self.labels < 0).nonzero().squeeze(1)
-        step = data.rows(C.shape[0])
-        for start in range(0, int(orphans.numel()), step):
-            r = orphans[start : start + step]
-            D1, D2, lab = _two_nearest(data, r, C, C_sq)
-            self.labels[r] = lab
-            self._u[r], self._l[r] = self._bounds(D1, D2, e[r])
-        self.n_full += int(orphans.numel())
-        k, d = C.shape
-        self._N = torch.zeros(k, dtype=torch.float64, device=C.device)
-        self._S = torch.zeros(k, d, dtype=torch.float64, device=C.device)
-        self._count = torch.zeros(k, dtype=torch.long, device=C.device)
-        self._accumulate(slice(None), self.labels)
+        self._rescore((self.labels < 0).nonzero().squeeze(1), C, C_sq, e)
+        self._sum_all(*C.shape)
         # the state is that of the parent's centroids where kept: the next call moves them by
         # what separates them from ``C`` (nothing, or rounding where ``C`` was projected)
         self._C = C.clone()
@@ -156,11 +145,25 @@ class BoundedAssignment:
             self.labels[s] = lab
             self._u[s], self._l[s] = self._bounds(D1, D2, self._e_x[s] + e_c)
         self.n_full += n
-        k, d = C.shape
-        self._N = torch.zeros(k, dtype=torch.float64, device=data.X.device)
-        self._S = torch.zeros(k, d, dtype=torch.float64, device=data.X.device)
-        self._count = torch.zeros(k, dtype=torch.long, device=data.X.device)
+        self._sum_all(*C.shape)
+
+    def _sum_all(self, k: int, d: int) -> None:
+        """The float64 sums ``N``, ``S`` and the member counts of every point, afresh."""
+        dev = self.data.X.device
+        self._N = torch.zeros(k, dtype=torch.float64, device=dev)
+        self._S = torch.zeros(k, d, dtype=torch.float64, device=dev)
+        self._count = torch.zeros(k, dtype=torch.long, device=dev)
         self._accumulate(slice(None), self.labels)
+
+    def _rescore(self, rows: Tensor, C: Tensor, C_sq: Tensor, e: Tensor) -> None:
+        """All ``k`` distances of the points ``rows``: their labels and both bounds reset."""
+        step = self.data.rows(C.shape[0])
+        for start in range(0, int(rows.numel()), step):
+            r = rows[start : start + step]
+            D1, D2, lab = _two_nearest(self.data, r, C, C_sq)
+            self.labels[r] = lab
+            self._u[r], self._l[r] = self._bounds(D1, D2, e[r])
+        self.n_full += int(rows.numel())
 
     def _accumulate(self, rows: Tensor | slice, labels: Tensor, sign: int = 1) -> None:
         """Add (``sign = 1``) or remove (``-1``) the points ``rows`` with labels ``labels`` to or
@@ -220,13 +223,7 @@ class BoundedAssignment:
         if doubt.numel() == 0:
             return
         old = labels[doubt]
-        step = data.rows(k)
-        for start in range(0, int(doubt.numel()), step):
-            rows = doubt[start : start + step]
-            D1, D2, lab = _two_nearest(data, rows, C, C_sq)
-            labels[rows] = lab
-            u[rows], l[rows] = self._bounds(D1, D2, e[rows])
-        self.n_full += int(doubt.numel())
+        self._rescore(doubt, C, C_sq, e)
         moved = (labels[doubt] != old).nonzero().squeeze(1)
         if moved.numel():
             rows = doubt[moved]
