@@ -321,7 +321,7 @@ def _assert_row_min_equals_torch(G: torch.Tensor) -> None:
 @settings(max_examples=60, deadline=None)
 @given(
     n=st.integers(1, 40),
-    k=st.integers(dist_mod.PACKED_MIN_COLUMNS, 300),
+    k=st.integers(dist_mod.PACKED_MIN_COLUMNS, dist_mod.PACKED_MAX_COLUMNS + 64),
     levels=st.integers(1, 6),
     scale=st.sampled_from([1e-30, 1e-3, 1.0, 1e6]),
     seed=st.integers(0, 2**31 - 1),
@@ -360,7 +360,8 @@ def test_row_min_near_ties_take_the_fallback():
     _assert_row_min_equals_torch(G)
 
 
-@pytest.mark.parametrize(("dtype", "k"), [(torch.float64, 64), (torch.float32, 8)])
+@pytest.mark.parametrize(("dtype", "k"), [(torch.float64, 64), (torch.float32, 8),
+                                          (torch.float32, dist_mod.PACKED_MAX_COLUMNS)])
 def test_row_min_other_inputs_use_torch_min(dtype, k):
     G = torch.randn(50, k, dtype=dtype)
     G[:, 3] = G.min(dim=1).values

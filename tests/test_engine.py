@@ -161,8 +161,24 @@ def test_nearest_against_brute_force(chunk_size: int | None) -> None:
     ref = D.sort(dim=1)
     torch.testing.assert_close(two.dist, ref.values[:, :2], atol=1e-10, rtol=0)
     assert torch.equal(two.labels[:, 0], D.argmin(1))
+    assert torch.equal(two.labels[:, 1], ref.indices[:, 1])  # no ties in this draw
     with pytest.raises(ValueError, match=r"two nearest centroids need k >= 2; got C of shape"):
         nearest(Data(X), C[:1], two=True)
+
+
+@pytest.mark.parametrize("k", [5, 40, 300])  # both sides of row_min's packed range
+def test_two_nearest_ties_go_to_the_lowest_indices(k: int) -> None:
+    # float32, every centroid twice: each point's two nearest are a tied pair, and the
+    # pair's lower index comes first
+    gen = torch.Generator().manual_seed(k)
+    X = torch.randn(200, 6, generator=gen)
+    half = torch.randn(k, 6, generator=gen)
+    C = torch.cat((half, half))  # c_j = c_{j + k}
+    two = nearest(Data(X), C, two=True)
+    D = torch.cdist(X.double(), half.double()).square()
+    assert torch.equal(two.labels[:, 0], D.argmin(1))
+    assert torch.equal(two.labels[:, 1], D.argmin(1) + k)
+    assert torch.equal(two.dist[:, 0], two.dist[:, 1])
 
 
 def test_farthest_points_and_relocation() -> None:

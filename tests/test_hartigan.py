@@ -324,3 +324,55 @@ def test_the_bounds_rule_out_rows_far_from_every_boundary(
     active = bounds.active(N2, lab, None)
     assert active is not None
     assert set(active.tolist()) == {0, 1, 2}  # only the moved rows
+
+
+@pytest.mark.parametrize("empty", [False, True])
+def test_the_wide_scoring_equals_every_move_scored_in_float64(empty: bool) -> None:
+    """The compiled scoring of wide rows (which skips the target search of an unweighted row
+    whose leaving costs at most the least join factor times its nearest other distance) gives
+    every row the gain and target of all its moves scored directly: ``w N_a / (N_a - w)
+    ||x - c_a||^2 - min_b w N_b / (N_b + w) ||x - c_b||^2``, in float64 from differences. With
+    an empty cluster the least factor is 0 and nothing is skipped."""
+    from rbfkmeans import kernels
+
+    rng = np.random.default_rng(3)
+    n, d, k = 600, 24, 12
+    X = (rng.normal(size=(n, d)) + rng.integers(0, 4, size=(n, 1)) * 0.8).astype(np.float32)
+    seeds = X[rng.choice(n, k, replace=False)].astype(np.float64)
+    labels = ((X[:, None, :] - seeds[None]) ** 2).sum(2).argmin(1)  # nearest of k rows ...
+    flip = rng.random(n) < 0.3
+    labels[flip] = rng.integers(0, k, int(flip.sum()))  # ... a third relabelled at random
+    labels[0] = 0
+    labels[labels == 1] = 2
+    labels[1] = 1  # a singleton, which offers no move
+    if empty:
+        labels[labels == 3] = 4  # cluster 3 empty: its mean sits anywhere, here at the origin
+    Xd = X.astype(np.float64)
+    N = np.bincount(labels, minlength=k).astype(np.float64)
+    C = np.zeros((k, d))
+    np.add.at(C, labels, Xd)
+    C[N > 0] /= N[N > 0, None]
+    data = Data(torch.from_numpy(X))
+    assert kernels.usable(data.X, k, scores=True)
+    gain, target = kernels.hartigan_rows(data.X, torch.from_numpy(C), torch.from_numpy(N),
+                                         torch.from_numpy(labels), None,
+                                         torch.arange(n))[:2]
+    D = ((Xd[:, None, :] - C[None]) ** 2).sum(2)  # (n, k)
+    rows = np.arange(n)
+    a = labels
+    leave = N[a] / np.maximum(N[a] - 1.0, 1e-300)
+    join = N[None, :] / (N[None, :] + 1.0) * D
+    join[rows, a] = np.inf
+    ref = leave * D[rows, a] - join.min(1)
+    ref[N[a] <= 1.0] = 0.0
+    # the kernel's distances come from float32 products: rounding of 64 eps ||x||^2 + ||c||^2
+    tol = 64 * np.finfo(np.float32).eps * float((Xd**2).sum(1).max() + (C**2).sum(1).max())
+    pays, stays = ref > 4 * tol, ref < -4 * tol
+    assert pays.sum() > 50
+    assert stays.sum() > 50 or empty  # (joining an empty cluster costs nothing: all pay)
+    two = np.sort(join, axis=1)
+    clear = pays & (two[:, 1] - two[:, 0] > 4 * tol)  # one best target beyond rounding
+    assert np.array_equal(target.numpy()[clear], join.argmin(1)[clear])
+    np.testing.assert_allclose(gain.numpy()[pays], ref[pays], rtol=0, atol=4 * tol)
+    assert np.all(gain.numpy()[stays] == 0.0)
+    assert np.all(target.numpy()[stays] == -1)

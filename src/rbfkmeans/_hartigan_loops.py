@@ -9,7 +9,10 @@ the squared distances taken from differences in float64 (no cancellation), the r
 move. :func:`gains_wide` serves wide data, the rows the caller's bounds leave: the squared
 distances ``||x_i||^2 + ||c_j||^2 - 2 x_i.c_j`` in float64 from BLAS products of ``WIDE_ROWS``
 gathered rows at a time in the data's dtype (as the torch scoring also computes them in that
-dtype), the rows' blocks in parallel, with what the bounds need. Only :mod:`rbfkmeans.kernels`
+dtype), the rows' blocks in parallel, with what the bounds need. An unweighted row skips the
+search for its target where leaving costs no more than ``f_min d_1`` (``f_min`` the least join
+factor ``N_j / (N_j + 1)``, ``d_1`` the distance to its nearest other mean): every join costs at
+least that, so no move pays, as the full search would find. Only :mod:`rbfkmeans.kernels`
 imports this module; it needs numba.
 """
 
@@ -74,6 +77,12 @@ def gains_wide(X, C, N, labels, w, rows, nb):
     for j in range(k):
         for t in range(d):
             csq[j] += C[j, t] * C[j, t]
+    fac = np.empty(k)  # the join factors of an unweighted row (w_i = 1), and their least
+    for j in range(k):
+        fac[j] = 1.0 * N[j] / (N[j] + 1.0)
+    fmin = np.inf
+    for j in range(k):
+        fmin = min(fmin, fac[j])
     gain = np.zeros(m)
     target = np.full(m, -1, dtype=np.int64)
     own = np.empty(m)
@@ -114,10 +123,17 @@ def gains_wide(X, C, N, labels, w, rows, nb):
                         g[b1] = first
                 if N[a] <= wi:
                     continue
-                for j in range(k):
-                    g[j] = wi * N[j] / (N[j] + wi) * g[j]
+                leave = wi * N[a] / (N[a] - wi) * own[q]
+                if has_w:
+                    for j in range(k):
+                        g[j] = wi * N[j] / (N[j] + wi) * g[j]
+                else:  # every join costs at least fmin d1 (rounding is monotone): no move pays
+                    if leave <= fmin * d1[q]:
+                        continue
+                    for j in range(k):
+                        g[j] = fac[j] * g[j]
                 best, to = _argmin(g)
-                gi = wi * N[a] / (N[a] - wi) * own[q] - best
+                gi = leave - best
                 if gi > 0.0:
                     gain[q] = gi
                     target[q] = to

@@ -376,8 +376,10 @@ def nearest(data: Data, C: Tensor, *, two: bool = False) -> Nearest:
     X_sq = data.X_sq
     for s in data.chunks(k):
         G = cross_term(data.X[s], C, C_sq)  # (b, k)
-        if two:
-            g, lab = G.topk(2, dim=1, largest=False, sorted=True)  # (b, 2)
+        if two:  # the least, then the least of the others (two reductions beat topk's sort)
+            g1, lab1 = row_min(G)
+            g2, lab2 = row_min(G.scatter_(1, lab1.unsqueeze(1), math.inf), overwrite=True)
+            g, lab = torch.stack((g1, g2), dim=1), torch.stack((lab1, lab2), dim=1)
             dist[s] = g.add_(X_sq[s].unsqueeze(1)).clamp_(min=0.0)
         else:
             g, lab = row_min(G, overwrite=True)  # (b,)
