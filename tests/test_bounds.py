@@ -127,8 +127,9 @@ def test_a_warm_start_takes_up_the_parents_bounds_and_ends_where_a_cold_start_en
         weighted: bool, metric: str) -> None:
     """``lloyd(warm=(parent, rows))`` on the bounded passes starts from the parent's labels and
     bounds (:meth:`BoundedAssignment.start_from`): a swap (two centroids replaced), a grown set
-    (two new centroids) and a subset (two gone) end with the labels, iterations and centroids
-    of full passes from the same start, and score fewer points than a cold start."""
+    (two new centroids), a subset (two gone) and two means moved a little (as Hartigan's moves
+    move them; each continues its own) end with the labels, iterations and centroids of full
+    passes from the same start, and score fewer points than a cold start."""
     X = _blobs(1, 4000, 4, 90)
     w = torch.linspace(0.1, 2.0, 4000, dtype=torch.float64) if weighted else None
     data = Data(X, w, chunk_size=700, metric=metric)
@@ -144,6 +145,9 @@ def test_a_warm_start_takes_up_the_parents_bounds_and_ends_where_a_cold_start_en
               (torch.cat([parent.C, X[[2500, 2600]]]), torch.cat([torch.arange(k),
                                                                   torch.tensor([-1, -1])])),
               (parent.C[keep], keep)]
+    shifted = parent.C.clone()
+    shifted[[7, 30]] += 0.02 * parent.C[[7, 30]].norm(dim=1, keepdim=True)
+    starts.append((shifted, torch.arange(k)))
     for C0, rows in starts:
         warm = lloyd(data, C0, bounds=True, warm=(parent, rows))
         cold = lloyd(data, C0, bounds=True)

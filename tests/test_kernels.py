@@ -507,7 +507,8 @@ def test_bounded_lloyd_passes_equal_full_passes_bit_for_bit(
     nb = kernels._blocks(n)
     none_i, none_f = np.empty(0, np.int64), np.empty(0)
     got = _lloyd_loops.lloyd(X, C0, w, 100, 0.0, nb, False, np.inf, 0.0, none_i, none_f,
-                             none_f, none_i, none_i, 2.0**-53, False)[:5]
+                             none_f, none_i, none_i, 2.0**-53, False,
+                             np.empty((0, 0), np.float32), none_f, np.empty((0, 0), dt))[:5]
     want = _lloyd_on_full_passes(X, C0, w, 100, nb)
     assert got[3:] == want[3:]
     np.testing.assert_array_equal(got[0], want[0])
@@ -529,7 +530,9 @@ def _wide_lloyd(X: np.ndarray, C0: np.ndarray, w: np.ndarray, grouped: bool,
     with kernels._launch(blas=True):
         return _lloyd_loops.lloyd(X, C0, w, max_iter, 0.0, kernels._blocks(n), True, np.inf,
                                   0.0, none_i, none_f, none_f, none_i, group_of,
-                                  float(np.finfo(X.dtype).eps) / 2, False)[:5]
+                                  float(np.finfo(X.dtype).eps) / 2, False,
+                                  np.empty((0, 0), np.float32), none_f,
+                                  np.empty((0, 0), X.dtype))[:5]
 
 
 @settings(max_examples=25, deadline=None)
@@ -590,17 +593,24 @@ def test_wide_bound_groups() -> None:
     assert torch.equal(kernels.centroid_groups(C[:7], 10), torch.arange(7))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(20, 2500), d=st.integers(1, 16),
-       k=st.integers(2, 30), move=st.sampled_from(["swap", "delete", "grow", "none"]),
-       grid=st.booleans(), weighted=st.booleans())
+       k=st.integers(2, 30),
+       move=st.sampled_from(["swap", "delete", "grow", "shift", "none"]),
+       grid=st.booleans(), weighted=st.booleans(), wide=st.booleans())
 def test_lloyd_from_a_parents_bounds_equals_a_cold_start(seed: int, n: int, d: int, k: int,
                                                          move: str, grid: bool,
-                                                         weighted: bool) -> None:
+                                                         weighted: bool, wide: bool) -> None:
     """A run started from a finished run's labels and bounds (``warm``), its centroids changed
-    as the swap search changes them (two replaced, some deleted, some added, none), takes
+    as the swap search changes them (two replaced, some deleted, some added, none) or as
+    Hartigan's moves move the means (some shifted, each continuing its own), takes
     exactly the iterations, labels, centroids and ``J`` of a cold start from the same centroids,
-    also with exact ties (integer points)."""
+    also with exact ties (integer points). On wide data (beyond the compiled kernels' few
+    features) the warm run keeps the parent's groups of centroids, the moved ones joining the
+    group of their nearest parent centroid, and its group bounds (float64 data: the scores
+    of the rows in doubt round as in the cold run's products)."""
+    if wide:
+        d += kernels.MAX_DIM
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d)) * rng.uniform(0.1, 10.0) + rng.uniform(-100.0, 100.0)
     if grid:
@@ -612,6 +622,7 @@ def test_lloyd_from_a_parents_bounds_equals_a_cold_start(seed: int, n: int, d: i
                    .clone(), tol=1e-3)
     assume(parent.bounds is not None)  # a run that relocated an empty cluster has none
     assert parent.bounds is not None
+    assert len(parent.bounds) == (4 if wide else 2)  # wide: with the groups and ||x_i||^2
     k = parent.C.shape[0]
     rows = torch.arange(k)
     C = parent.C.clone()
@@ -625,6 +636,10 @@ def test_lloyd_from_a_parents_bounds_equals_a_cold_start(seed: int, n: int, d: i
     elif move == "grow":
         C = torch.cat([C, Xt[torch.as_tensor(rng.integers(0, n, size=3))]])
         rows = torch.cat([rows, torch.full((3,), -1)])
+    elif move == "shift":  # some means moved, by up to a tenth of the data's spread
+        some = torch.as_tensor(rng.random(k) < 0.5)
+        C[some] += torch.as_tensor(rng.normal(size=(int(some.sum()), C.shape[1]))) \
+            * float(Xt.std()) * rng.uniform(0.0, 0.1)
     for max_iter in (1, 2, 300):  # after one pass too: a fixed point can hide a wrong pass
         warm = lloyd(data, C, tol=1e-6, max_iter=max_iter, warm=(parent, rows))
         cold = lloyd(data, C, tol=1e-6, max_iter=max_iter)
@@ -635,12 +650,12 @@ def test_lloyd_from_a_parents_bounds_equals_a_cold_start(seed: int, n: int, d: i
 
 
 def test_lloyd_warm_start_checks_its_rows() -> None:
-    """``warm`` rows must name distinct parent centroids that equal the ones they keep."""
+    """``warm`` rows must name distinct parent centroids (or -1), one per centroid."""
     X, _ = _points(3, 500, 3)
     data = Data(X)
     parent = lloyd(data, X[:6].clone())
-    with pytest.raises(ValueError, match="differs from its parent's"):
-        lloyd(data, parent.C + 1.0, warm=(parent, torch.arange(6)))
+    with pytest.raises(ValueError, match=r"warm rows must be distinct rows of the parent's 6"):
+        lloyd(data, parent.C, warm=(parent, torch.tensor([0, 1, 2, 3, 4, 6])))
     with pytest.raises(ValueError, match=r"warm rows must be distinct rows of the parent's 6"):
         lloyd(data, parent.C, warm=(parent, torch.tensor([0, 0, 1, 2, 3, 4])))
     with pytest.raises(ValueError, match=r"warm rows must be a tensor of shape \(6,\)"):

@@ -99,7 +99,9 @@ def _bounds_bytes(n: int, k: int) -> int:
     """What a wide Lloyd run keeps besides its passes: ``t`` float32 lower bounds per row
     (:func:`rbfkmeans.kernels.bound_groups`: ``k / 8`` groups, ``k`` up to 16 centroids, at
     most 2^26 in all) and four length-n vectors (upper bounds, squared norms, two label
-    arrays)."""
+    arrays). Its result keeps them for a run that starts from it (up to
+    ``kernels.KEPT_LOWER_BOUNDS``); a fit holds at most three such results at once (the swap
+    search's start, its best, the last trial) besides the run under way: four sets."""
     from rbfkmeans.kernels import bound_groups
 
     return n * bound_groups(n, k) * 4 + 4 * n * 8
@@ -108,7 +110,7 @@ def _bounds_bytes(n: int, k: int) -> int:
 def _check(m: dict[str, Any], X: np.ndarray, numpy_bound: float = 0.5, batch: int = 0) -> None:
     """At most a few chunks' memberships (the sparse mappings keep a 4 x chunk x k scratch), a
     few length-n vectors or one streamed batch at once; never half a copy of ``X`` (besides
-    the bounds of a wide Lloyd run, a fraction of a row each)."""
+    the bounds of wide Lloyd runs, a fraction of a row each)."""
     # the event-driven ladder anneals on a random subsample of at most max(4096, 64 k) rows,
     # and of half the rows or more only when that copy is small
     rows = m["rows"]
@@ -116,7 +118,7 @@ def _check(m: dict[str, Any], X: np.ndarray, numpy_bound: float = 0.5, batch: in
     assert 2 * rows < N or rows * D <= splits.SMALL_COPY, m
     assert m["numel"] <= max(4 * CHUNK * K, 8 * N, batch * D), m  # n x k: 3 times
     assert m["torch"] < X.nbytes / 2, f"torch allocated {m['torch']} bytes in {m['op']}"
-    allowed = numpy_bound * X.nbytes + (_bounds_bytes(N, K) if X.shape[1] > 16 else 0)
+    allowed = numpy_bound * X.nbytes + (4 * _bounds_bytes(N, K) if X.shape[1] > 16 else 0)
     assert m["numpy"] < allowed, f"numpy allocated up to {m['numpy']} bytes"
 
 

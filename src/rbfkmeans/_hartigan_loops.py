@@ -96,6 +96,7 @@ def gains_wide(X, C, N, labels, w, rows, nb):
         lo = b * block
         hi = min(m, lo + block)
         buf = np.empty((min(WIDE_ROWS, max(hi - lo, 1)), d), dtype=X.dtype)
+        v = np.empty(d)
         for s0 in range(lo, hi, WIDE_ROWS):
             s1 = min(hi, s0 + WIDE_ROWS)
             for r in range(s1 - s0):
@@ -108,7 +109,7 @@ def gains_wide(X, C, N, labels, w, rows, nb):
                 i = rows[q]
                 wi = np.float64(w[i]) if has_w else 1.0
                 a = labels[i]
-                xs = sq_norm(X, i)
+                xs = sq_norm(X, i, v)
                 for j in range(k):
                     g[j] = max(xs + csq[j] - 2.0 * np.float64(P[r, j]), 0.0)
                 own[q] = g[a]

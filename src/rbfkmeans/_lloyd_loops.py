@@ -30,8 +30,8 @@ import numpy as np
 from numba import njit, prange
 
 from ._loops import hard_wide
-from ._row_loops import _add_row, _centroid_terms, _row_scores, sq_norm, sum_blocks
-from ._wide_loops import bounded_wide, label_sums, move_rows
+from ._row_loops import _add_row, _centroid_terms, _row_scores, sq_dist, sq_norm, sum_blocks
+from ._wide_loops import bounded_wide, fold_moved, label_sums, move_rows
 
 __all__ = ["bounded", "lloyd"]
 
@@ -89,6 +89,7 @@ def bounded(X, C, w, old, new, upper, lower, xs, delta, first, objective, moved,
     S = np.zeros((nb, k, d))
     J = np.zeros(nb)
     G = np.empty((nb, k))
+    V = np.empty((nb, d))
     for b in prange(nb):
         g = G[b]
         Nb = N[b]
@@ -131,7 +132,7 @@ def bounded(X, C, w, old, new, upper, lower, xs, delta, first, objective, moved,
                 lower[i] = math.sqrt(max(g2 + xs[i] - E, 0.0)) * (1.0 - _RHO)
             new[i] = a
             wi = np.float64(w[i]) if has_w else 1.0
-            _add_row(X, i, wi, Nb, Sb, a)
+            _add_row(X, i, wi, Nb, Sb, a, V[b])
             if objective:  # the term of hard's J: the row's smallest score is its own
                 J[b] += wi * max(ga + xs[i], 0.0)
     return sum_blocks(N), sum_blocks(S.reshape(nb, k * d)).reshape(k, d), \
@@ -148,17 +149,20 @@ def _own_score(X, i, CT, csq, a):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _moments(X, w, xs, nb):
+def _moments(X, w, xs, nb, given):
     """``sum_i w_i ||x_i||^2`` (summed by blocks of rows in block order: the same on any number
-    of threads), filling ``xs`` (n,) with ``||x_i||^2`` unless it is empty."""
-    n = X.shape[0]
+    of threads), filling ``xs`` (n,) with ``||x_i||^2`` unless it is empty (``given``: ``xs``
+    holds them already; the same sum, without reading ``X``)."""
+    n, d = X.shape
     block = (n + nb - 1) // nb
     part = np.zeros((nb, 1))
+    V = np.empty((nb, 0 if given else d))
     for b in prange(nb):
         total = 0.0
         for i in range(b * block, min(n, (b + 1) * block)):
-            s = sq_norm(X, i)  # as the passes' sums compute it: J's terms agree bit for bit
-            if xs.shape[0]:
+            # as the passes' sums compute it: J's terms agree bit for bit
+            s = xs[i] if given else sq_norm(X, i, V[b])
+            if xs.shape[0] and not given:
                 xs[i] = s
             total += s * (np.float64(w[i]) if w.shape[0] else 1.0)
         part[b, 0] = total
@@ -173,14 +177,11 @@ def _labelled_J(X, C, w, labels, nb):
     n, d = X.shape
     block = (n + nb - 1) // nb
     part = np.zeros((nb, 1))
+    V = np.empty((nb, d))
     for b in prange(nb):
         total = 0.0
         for i in range(b * block, min(n, (b + 1) * block)):
-            a = labels[i]
-            r = 0.0
-            for t in range(d):
-                diff = np.float64(X[i, t]) - np.float64(C[a, t])
-                r += diff * diff
+            r = sq_dist(X, i, C, labels[i], V[b])
             total += r * (np.float64(w[i]) if w.shape[0] else 1.0)
         part[b, 0] = total
     return sum_blocks(part)[0]
@@ -188,7 +189,7 @@ def _labelled_J(X, C, w, labels, nb):
 
 @njit(cache=True, nogil=True)
 def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_upper, warm_lower,
-          moved, group_of, unit, spherical):
+          moved, group_of, unit, spherical, warm_lower_g, warm_xs, warm_C):
     """Lloyd iterations on bounded passes (:func:`bounded`; ``wide``: full passes of
     :func:`hard_wide`) with the stopping rules of :func:`rbfkmeans.lloyd.lloyd` (status 1), its
     give-up rule for a finite ``target`` (status 3: ``J_t - target > stall (J_{t-1} - J_t)``
@@ -200,13 +201,21 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
     160 ms, as much as the rest of a Lloyd call from a near fixed point). Stops before
     relocating an empty cluster (status 2, returning the labels of the pass
     before and no ``J``). Returns ``C``, the labels, ``J``, the iterations, the status and the
-    bounds at ``C`` (upper, lower; empty on wide data or after status 2).
+    bounds at ``C``: upper, lower (n,; on grouped wide data the upper bounds and an empty
+    lower), the group bounds (n, t) and ``||x_i||^2`` (n,) of grouped wide data (empty
+    otherwise); all empty after status 2 and on ungrouped wide data.
 
     ``warm_labels`` (n,; empty: a cold start) with ``warm_upper``, ``warm_lower`` are the labels
-    and bounds a finished run left at centroids that equal ``C0`` except the rows ``moved``
-    (labels renumbered to ``C0``'s rows, -1 where that centroid is gone or moved): the first
-    pass then starts from them (:func:`bounded` with ``moved``) instead of scoring every row
-    against every centroid; its labels and sums are those of a full pass all the same.
+    and bounds a finished run left at its centroids ``warm_C`` (k, d; renumbered to ``C0``'s
+    rows, -1 where that centroid is gone), which ``C0`` continues except the rows ``moved``
+    (new centroids; their row of ``warm_C`` is their own): the bounds move by
+    ``||c_j - c_j^warm||`` as after an update, and the first pass starts from them
+    (:func:`bounded` with ``moved``) instead of scoring every row against every centroid; its
+    labels and sums are those of a full pass all the same. On
+    grouped wide data the parent's group bounds ``warm_lower_g`` (n, t) and ``warm_xs`` come
+    too, and ``group_of`` keeps its groups (a moved centroid in any of them): the moved
+    centroids' distances join the bounds (:func:`rbfkmeans._wide_loops.fold_moved`), and
+    the first pass scores only the rows they leave in doubt.
 
     Wide data with ``group_of`` (k,; the group of each centroid, empty: full passes) runs on
     :func:`rbfkmeans._wide_loops.bounded_wide` (``unit``: the dtype's unit roundoff): the same
@@ -223,14 +232,27 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
     lab = np.empty(n, dtype=np.int64)
     prev = np.zeros(n, dtype=np.int64)
     grouped = wide and group_of.shape[0] == k
-    xs = np.empty(0 if wide and not grouped else n)  # the bounds' ||x_i||^2
-    moments = _moments(X, w, xs, nb) if np.isfinite(target) or not wide or grouped else 0.0
+    warm_wide = grouped and warm_labels.shape[0] == n
+    if warm_wide:  # the parent's ||x_i||^2, and the moments summed from them as _moments does
+        xs = warm_xs
+        moments = _moments(X, w, xs, nb, True)
+    else:
+        xs = np.empty(0 if wide and not grouped else n)  # the bounds' ||x_i||^2
+        moments = _moments(X, w, xs, nb, False) \
+            if np.isfinite(target) or not wide or grouped else 0.0
     ngroups = 0
     if grouped:
         for j in range(k):
             ngroups = max(ngroups, group_of[j] + 1)
-    lower_g = np.empty((n if grouped else 0, max(ngroups, 1)), dtype=np.float32)
-    upper_g = np.empty(n if grouped else 0)
+    if warm_wide:  # the parent's groups, some perhaps emptied
+        ngroups = warm_lower_g.shape[1]
+        lower_g = warm_lower_g.copy()
+        upper_g = warm_upper.copy()
+        prev[:] = warm_labels
+        fold_moved(X, C, moved, group_of, lower_g, xs, unit, nb)
+    else:
+        lower_g = np.empty((n if grouped else 0, max(ngroups, 1)), dtype=np.float32)
+        upper_g = np.empty(n if grouped else 0)
     N = np.zeros(k)
     S = np.zeros((k, d))
     count = np.zeros(k, dtype=np.int64)
@@ -249,12 +271,19 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
         lower[:] = warm_lower
     none = np.empty(0, dtype=np.int64)
     delta = np.zeros(k)
+    if warm or warm_wide:  # the bounds move by what separates C0 from the parent's centroids
+        for j in range(k):
+            move = 0.0
+            for t in range(d):
+                step = np.float64(C[j, t]) - np.float64(warm_C[j, t])
+                move += step * step
+            delta[j] = math.sqrt(move) * (1.0 + _RHO)
     status = 0
     iters = max_iter
     for it in range(1, max_iter + 1):
         if grouped:
             bounded_wide(X, C, prev, lab, upper_g, lower_g, xs, delta, group_of, ngroups, unit,
-                         it == 1, nb)
+                         it == 1 and not warm_wide, nb)
             if it == 1:
                 N, S, count = label_sums(X, w, lab, k, nb)
             else:
@@ -277,7 +306,8 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
                 scale[j] = math.sqrt(sq) if N[j] != 0.0 else 0.0
         for j in range(k):
             if scale[j] == 0.0:  # an empty cluster: its relocation is left to the caller
-                return C, prev, np.nan, it - 1, 2, np.empty(0), np.empty(0)
+                return C, prev, np.nan, it - 1, 2, np.empty(0), np.empty(0), \
+                    np.empty((0, 0), dtype=np.float32), np.empty(0)
         C_new = np.empty_like(C)
         shift = 0.0
         for j in range(k):
@@ -314,10 +344,11 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
         # delta; after a converged run few rows are in doubt), J from them, O(n d)
         bounded_wide(X, C, prev, lab, upper_g, lower_g, xs, delta, group_of, ngroups, unit,
                      False, nb)
-        return C, lab, _labelled_J(X, C, w, lab, nb), iters, status, np.empty(0), np.empty(0)
+        return C, lab, _labelled_J(X, C, w, lab, nb), iters, status, upper_g, np.empty(0), \
+            lower_g, xs
+    no_groups = np.empty((0, 0), dtype=np.float32)
     if wide:  # the labels and J at C: the pass of rbfkmeans.kernels.hard_pass
         J = hard_wide(X, C, w, True, lab, nb)[2]
-        return C, lab, J, iters, status, np.empty(0), np.empty(0)
-    else:
-        J = bounded(X, C, w, prev, lab, upper, lower, xs, delta, False, True, none, nb)[2]
-    return C, lab, J, iters, status, upper, lower
+        return C, lab, J, iters, status, np.empty(0), np.empty(0), no_groups, np.empty(0)
+    J = bounded(X, C, w, prev, lab, upper, lower, xs, delta, False, True, none, nb)[2]
+    return C, lab, J, iters, status, upper, lower, no_groups, np.empty(0)

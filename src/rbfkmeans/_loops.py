@@ -39,13 +39,14 @@ def hard(X, C, w, objective, labels, nb):
     S = np.zeros((nb, k, d))
     J = np.zeros(nb)
     G = np.empty((nb, k))  # each block's scores (scratch allocated per block is slower)
+    V = np.empty((nb, d))  # each block's row in float64
     for b in prange(nb):
         g = G[b]
         Nb = N[b]
         Sb = S[b]
         for i in range(b * block, min(n, (b + 1) * block)):
             _row_scores(X, i, CT, csq, g)
-            Ji = _assign_row(X, i, g, w, has_w, labels, Nb, Sb)
+            Ji = _assign_row(X, i, g, w, has_w, labels, Nb, Sb, V[b])
             if objective:
                 J[b] += Ji
     return sum_blocks(N), sum_blocks(S.reshape(nb, k * d)).reshape(k, d), \
@@ -73,6 +74,7 @@ def hard_wide(X, C, w, objective, labels, nb):
     S = np.zeros((nb, k, d))
     J = np.zeros(nb)
     G = np.empty((nb, k))
+    V = np.empty((nb, d))
     for b in prange(nb):
         g = G[b]
         Nb = N[b]
@@ -85,7 +87,7 @@ def hard_wide(X, C, w, objective, labels, nb):
                 i = s0 + r
                 for j in range(k):
                     g[j] = csq[j] - 2.0 * np.float64(P[r, j])
-                Ji = _assign_row(X, i, g, w, has_w, labels, Nb, Sb)
+                Ji = _assign_row(X, i, g, w, has_w, labels, Nb, Sb, V[b])
                 if objective:
                     J[b] += Ji
     return sum_blocks(N), sum_blocks(S.reshape(nb, k * d)).reshape(k, d), \
@@ -164,7 +166,7 @@ def group(
                 xs = 0.0
                 if wide:
                     if spread:  # ||x||^2 only for the spread
-                        xs = sq_norm(X, i)
+                        xs = sq_norm(X, i, y_row)
                     for j in range(g):
                         z[j] = (np.float64(P[i - s0, j]) - h[j]) * invT
                 elif g < 8:  # few groups: one dot product per group (the same sums, in order)

@@ -96,7 +96,9 @@ class LloydRun(NamedTuple):
     """What :func:`lloyd_run` returns: the centroids reached, labels, ``J`` (NaN unless
     ``finished``), iterations run, whether they converged or gave up on the target, and whether
     the run finished (False: it stopped before relocating an empty cluster), and the bounds at
-    ``C`` a later run may start from (upper, lower; None on wide data or unfinished)."""
+    ``C`` a later run may start from (None unfinished): upper, lower (n,) on few features; on
+    wide data upper (n,), the group bounds (n, t) float32, the group of each centroid (k,) and
+    ``||x_i||^2`` (n,), up to :data:`KEPT_LOWER_BOUNDS` group bounds (None beyond)."""
 
     C: Tensor
     labels: Tensor | None
@@ -105,7 +107,7 @@ class LloydRun(NamedTuple):
     converged: bool
     gave_up: bool
     finished: bool
-    bounds: tuple[Tensor, Tensor] | None
+    bounds: tuple[Tensor, ...] | None
 
 
 #: the process whose threads ran the first kernel (None before): a child forked after that
@@ -326,7 +328,7 @@ def group_fixed_point(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: T
 
 def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int, tol: float,
               target: float = math.inf, stall: float = 0.0,
-              warm: tuple[Tensor, Tensor, Tensor, Tensor] | None = None,
+              warm: tuple[Tensor, ...] | None = None,
               spherical: bool = False) -> LloydRun:
     """Lloyd iterations from ``C`` (k, d) on the rows of ``X``, all in compiled code, with the
     stopping rules of :func:`rbfkmeans.lloyd.lloyd` (labels unchanged, or ``tol > 0`` and a
@@ -335,33 +337,49 @@ def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int, tol: float,
     (those of :func:`hard_pass` bit for bit); or up to the first pass that leaves a cluster
     empty, whose relocation the caller does (``finished`` False: the labels of the pass before
     that one, None if none, and no ``J``). ``warm``: the labels (renumbered, -1 where their
-    centroid moved or is gone), upper and lower bounds a finished run left, and the rows of
-    ``C`` that differ from its centroids (int64): the first pass starts from them, with the
-    same result. ``spherical``: spherical k-means on unit rows ``X`` and unit ``C`` (the
+    centroid is gone), upper and lower bounds a finished run left, the rows of ``C`` that are
+    new (int64), and the parent's centroid that each row of ``C`` continues (k, d; a new one
+    its own); on wide data also the group of each row of ``C`` (the parent's groups; a new
+    centroid in any) and the parent's ``||x_i||^2`` (:attr:`LloydRun.bounds`): the first pass
+    starts from them, with the same labels.
+    ``spherical``: spherical k-means on unit rows ``X`` and unit ``C`` (the
     update ``S_j / ||S_j||``; no ``target``), its ``J`` the spherical objective ``sum_i w_i (1 -
     cos)`` (half the squared distance the passes sum). Single process only; call only where
     :func:`usable` holds."""
     if spherical and math.isfinite(target):
         raise ValueError("a spherical Lloyd run takes no target; got target="
                          f"{target!r}")
-    wide = int(X.shape[1]) > MAX_DIM
+    Xn = _array(X)
+    wide = Xn.shape[1] > MAX_DIM
     none_i, none_f = np.empty(0, dtype=np.int64), np.empty(0)
     lab0, up0, lo0, moved = (none_i, none_f, none_f, none_i) if warm is None else (
-        _array(warm[0]), _array(warm[1]), _array(warm[2]), _array(warm[3]))
-    group_of = centroid_groups(C, bound_groups(int(X.shape[0]), int(C.shape[0]))).numpy() \
-        if wide else none_i
+        _array(warm[0]), _array(warm[1]), none_f if wide else _array(warm[2]),
+        _array(warm[3]))
+    warm_C = np.empty((0, 0), Xn.dtype) if warm is None else _array(warm[4].to(X.dtype))
+    lower_g, xs = (_array(warm[2]), _array(warm[6])) if wide and warm is not None \
+        else (np.empty((0, 0), dtype=np.float32), none_f)
+    if not wide:
+        group_of = none_i
+    elif warm is not None:
+        group_of = _array(warm[5])
+    else:
+        group_of = centroid_groups(C, bound_groups(int(X.shape[0]), int(C.shape[0]))).numpy()
     unit = torch.finfo(X.dtype).eps / 2
     with _launch(blas=wide):
-        C_out, labels, J, it, status, upper, lower = _lloyd_loops.lloyd(
-            _array(X), _array(C.to(X.dtype)), _weights(w, X), int(max_iter), float(tol),
+        C_out, labels, J, it, status, upper, lower, lower_g, xs = _lloyd_loops.lloyd(
+            Xn, _array(C.to(X.dtype)), _weights(w, X), int(max_iter), float(tol),
             _blocks(int(X.shape[0]), int(C.shape[0]) * int(X.shape[1])), wide, float(target),
             float(stall), lab0, up0, lo0, moved,
-            group_of, unit, bool(spherical))
+            group_of, unit, bool(spherical), lower_g, xs, warm_C)
     finished = status != 2
     if spherical:
         J = J / 2.0  # ||x - c||^2 = 2 - 2 cos on the sphere
-    bounds = (torch.from_numpy(upper), torch.from_numpy(lower)) \
-        if finished and upper.shape[0] else None
+    bounds: tuple[Tensor, ...] | None = None
+    if finished and wide and 0 < lower_g.size <= KEPT_LOWER_BOUNDS:
+        bounds = (torch.from_numpy(upper), torch.from_numpy(lower_g),
+                  torch.from_numpy(group_of), torch.from_numpy(xs))
+    elif finished and upper.shape[0]:
+        bounds = (torch.from_numpy(upper), torch.from_numpy(lower))
     return LloydRun(torch.from_numpy(C_out),
                     torch.from_numpy(labels) if finished or it > 0 else None, float(J), int(it),
                     status == 1, status == 3, finished, bounds)
@@ -371,6 +389,10 @@ def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int, tol: float,
 ELKAN_MAX_K = 16
 #: and at most this many float32 lower bounds in all (256 MB)
 MAX_LOWER_BOUNDS = 1 << 26
+#: a wide run's result keeps its group bounds, for a run that starts from it, up to this many
+#: (64 MB; a fit holds a few such results at once: the swap search's best and its trials).
+#: Beyond, as on 262,144 rows against 1,024 centroids (128 groups, 128 MB), runs start cold.
+KEPT_LOWER_BOUNDS = 1 << 24
 
 
 def bound_groups(n: int, k: int) -> int:
@@ -487,7 +509,7 @@ def _warm_lloyd(X: Tensor, C: Tensor, w: Tensor | None) -> None:
     if run.finished and run.labels is not None and run.bounds is not None:
         lloyd_run(X, run.C.clone(), w, 3, 0.0,
                   warm=(run.labels, run.bounds[0], run.bounds[1],
-                        torch.empty(0, dtype=torch.int64)))
+                        torch.empty(0, dtype=torch.int64), run.C, *run.bounds[2:]))
 
 
 def hartigan_pass(X: Tensor, C: Tensor, N: Tensor, labels: Tensor,

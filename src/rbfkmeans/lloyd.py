@@ -67,9 +67,9 @@ class LloydResult:
     n_iter: int
     converged: bool
     gave_up: bool = False
-    #: the compiled run's distance bounds at ``C`` (upper, lower per row), for a run that starts
-    #: next to it (``lloyd(warm=...)``); None from the torch passes
-    bounds: tuple[Tensor, Tensor] | None = field(default=None, repr=False)
+    #: the compiled run's distance bounds at ``C`` (:attr:`rbfkmeans.kernels.LloydRun.bounds`),
+    #: for a run that starts next to it (``lloyd(warm=...)``); None from the torch passes
+    bounds: tuple[Tensor, ...] | None = field(default=None, repr=False)
     #: the torch passes' bounded state at ``C``, for the same use; None from the other passes
     bounded: BoundedAssignment | None = field(default=None, repr=False)
 
@@ -222,12 +222,16 @@ def lloyd(
     iteration that relocates an empty cluster is not judged.
 
     ``warm = (parent, rows)``: ``parent`` a result of ``lloyd`` on the same ``data`` and
-    ``rows`` (k,) int64 the row of ``parent.C`` that each row of ``C0`` equals, or -1 for a
-    centroid that is new or moved. The compiled passes then start from the parent's labels and
-    distance bounds and score each point only against the centroids marked -1 (and in full
-    where its own centroid is one of them or gone), instead of against all: the same labels,
-    centroids and iterations as without it, at a fraction of the first pass's cost. Ignored
-    where the parent has no bounds (the torch passes, wide data).
+    ``rows`` (k,) int64 the row of ``parent.C`` that each row of ``C0`` continues (equal to it,
+    or moved from it, as Hartigan's moves move the means: the bounds then move by the distance,
+    as after an update), or -1 for a new centroid. The passes then start from the parent's
+    labels and distance bounds and score each point only against the new centroids (and in
+    full where its own centroid is gone, or where the moves leave its label in doubt), instead
+    of against all: the same labels, centroids and iterations as without it, at a fraction of
+    the first pass's cost (on wide
+    data the moved centroids join the parent's groups of centroids, and the rows skip the
+    full ``n k d`` product and the pass over ``X`` for ``||x_i||^2`` of a cold start). Ignored
+    where the parent has no bounds (the torch passes).
     """
     check_data(data)
     max_iter = check_positive_int(max_iter, "max_iter")
@@ -323,10 +327,11 @@ def lloyd(
     return LloydResult(C, final.labels, final.inertia, it, converged, gave_up)
 
 
-def _warm_start(C: Tensor, parent: LloydResult,
-                rows: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
+def _warm_start(C: Tensor, parent: LloydResult, rows: Tensor) -> tuple[Tensor, ...] | None:
     """The parent's labels renumbered to the rows of ``C`` (-1 where their centroid is gone or
-    moved), its bounds, and the rows of ``C`` that are new or moved; None without bounds.
+    moved), its bounds, and the rows of ``C`` that are new or moved; on wide data also the
+    group of each row of ``C`` (a kept centroid's parent's group, a moved one the group of the
+    parent's centroid nearest it) and the parent's ``||x_i||^2``. None without bounds.
     Checks that every row kept equals its parent's centroid exactly."""
     if parent.bounds is None:
         return None
@@ -335,12 +340,23 @@ def _warm_start(C: Tensor, parent: LloydResult,
     renumber = torch.full((parent.C.shape[0],), -1, dtype=torch.long)
     renumber[rows[kept]] = kept
     moved = (rows < 0).nonzero().squeeze(1)
-    return renumber[parent.labels], parent.bounds[0], parent.bounds[1], moved
+    continued = C.clone()  # the parent's centroid each row continues (a new one: its own)
+    continued[kept] = parent.C[rows[kept]].to(C.dtype)
+    warm = (renumber[parent.labels], parent.bounds[0], parent.bounds[1], moved, continued)
+    if len(parent.bounds) == 2:
+        return warm
+    parent_group, xs = parent.bounds[2], parent.bounds[3]
+    group_of = torch.empty(C.shape[0], dtype=torch.long)
+    group_of[kept] = parent_group[rows[kept]]
+    if moved.numel():
+        nearest = torch.cdist(C[moved].double(), parent.C.double()).argmin(dim=1)
+        group_of[moved] = parent_group[nearest]
+    return (*warm, group_of, xs)
 
 
 def _check_warm_rows(C: Tensor, parent: LloydResult, rows: Tensor) -> Tensor:
     """``rows`` as int64, checked: shape (k,), each -1 or a distinct row of the parent's
-    centroids, and every row kept equal to its parent's centroid exactly."""
+    centroids."""
     if not isinstance(rows, Tensor) or rows.shape != (C.shape[0],):
         raise ValueError(f"warm rows must be a tensor of shape ({C.shape[0]},); got "
                          f"{tuple(getattr(rows, 'shape', ()))}")
@@ -349,8 +365,6 @@ def _check_warm_rows(C: Tensor, parent: LloydResult, rows: Tensor) -> Tensor:
     if bool((rows >= parent.C.shape[0]).any()) or rows[kept].unique().numel() != kept.numel():
         raise ValueError(f"warm rows must be distinct rows of the parent's {parent.C.shape[0]} "
                          f"centroids or -1; got {rows.tolist()}")
-    if kept.numel() and not torch.equal(C[kept], parent.C[rows[kept]].to(C.dtype)):
-        raise ValueError("warm: a centroid marked as kept differs from its parent's")
     return rows
 
 

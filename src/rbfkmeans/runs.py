@@ -162,6 +162,14 @@ def _hartigan_applies(est: RBFKMeans, data: Data) -> bool:
     return not est._hard and not data.metric.spherical
 
 
+def _moved_from(fixed_point: LloydResult | SwapResult) -> tuple[LloydResult, Tensor] | None:
+    """``lloyd(warm=...)`` for a run from the means Hartigan's moves left of ``fixed_point``:
+    each continues the same centroid (its bounds move by the distance), None without a Lloyd
+    result to start from."""
+    parent = fixed_point if isinstance(fixed_point, LloydResult) else fixed_point.fixed_point
+    return None if parent is None else (parent, torch.arange(parent.C.shape[0]))
+
+
 def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, run: int,
             schedule: str, *, init: Any = None, temps: Temperatures | None = None
             ) -> dict[str, Any]:
@@ -248,6 +256,7 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
         final = search_swaps(hard)
         n_hard_iter += final.n_iter
         n_swaps = final.n_swaps
+    del hard, raced  # results hold bounds (kernels.KEPT_LOWER_BOUNDS): keep only final's
     for _ in range(HARTIGAN_ROUNDS if _hartigan_applies(est, data) else 0):
         # Hartigan's moves and the swap search in turn, each from the other's fixed point
         if not holds_weight(search, final.labels, est.n_clusters):
@@ -257,7 +266,8 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
         n_hard_iter += moved.n_passes
         if not moved.n_moves:
             break
-        final = lloyd(search, moved.C.to(search.X.dtype), max_iter=est.max_iter, tol=0.0)
+        final = lloyd(search, moved.C.to(search.X.dtype), max_iter=est.max_iter, tol=0.0,
+                      warm=_moved_from(final))
         n_hard_iter += final.n_iter
         if est.max_swaps == 0:
             break
@@ -282,7 +292,8 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
                          min_gain=HARTIGAN_MIN_GAIN * final.inertia)
         n_hard_iter += moved.n_passes
         if moved.n_moves:
-            final = lloyd(data, moved.C.to(data.X.dtype), max_iter=est.max_iter, tol=0.0)
+            final = lloyd(data, moved.C.to(data.X.dtype), max_iter=est.max_iter, tol=0.0,
+                          warm=_moved_from(final))
             n_hard_iter += final.n_iter
     if not final.converged and not hard_only and data.comm.rank == 0:
         warnings.warn(

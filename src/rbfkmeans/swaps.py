@@ -18,7 +18,7 @@ show single swaps give a constant-factor approximation).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
@@ -50,6 +50,9 @@ class SwapResult:
     n_swaps: int
     n_trials: int
     converged: bool
+    #: the Lloyd result it returns (with its bounds, for a run that starts next to it:
+    #: ``lloyd(warm=(fixed_point, rows))``)
+    fixed_point: LloydResult | None = field(default=None, repr=False)
 
 
 def _check_labels(data: Data, labels: Tensor, k: int) -> Tensor:
@@ -395,7 +398,8 @@ def swap_search(
                 best, improved, costs = trial, True, None
                 n_swaps += 1
                 break
-            tried.append(trial)
+            tried.append(replace(trial, bounds=None))  # the last look may run it on, cold:
+            # a fit holds the bounds of the best and of the trial running, not of every trial
         if not improved and last_look > n_candidates and tol > 0 and not spent():
             if n_swaps and not settled:  # what the search would return: the look must beat it
                 polished = lloyd(data, best.C, max_iter=max_iter, warm=(best, _kept_rows(best, [])))
@@ -416,4 +420,4 @@ def swap_search(
         n_iter += polished.n_iter
         best = polished
     return SwapResult(best.C, best.labels, best.inertia, n_iter, n_swaps, n_trials,
-                      best.converged)
+                      best.converged, best)
