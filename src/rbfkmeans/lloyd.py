@@ -228,10 +228,10 @@ def lloyd(
     labels and distance bounds and score each point only against the new centroids (and in
     full where its own centroid is gone, or where the moves leave its label in doubt), instead
     of against all: the same labels, centroids and iterations as without it, at a fraction of
-    the first pass's cost (on wide
-    data the moved centroids join the parent's groups of centroids, and the rows skip the
-    full ``n k d`` product and the pass over ``X`` for ``||x_i||^2`` of a cold start). Ignored
-    where the parent has no bounds (the torch passes).
+    the first pass's cost (on wide data the new centroids join the parent's groups of
+    centroids, and the run skips a cold start's full ``n k d`` product and its pass over ``X``
+    for ``||x_i||^2``). Ignored where the parent kept no bounds (full passes, or wide group
+    bounds beyond :data:`rbfkmeans.kernels.KEPT_LOWER_BOUNDS`).
     """
     check_data(data)
     max_iter = check_positive_int(max_iter, "max_iter")
@@ -328,11 +328,11 @@ def lloyd(
 
 
 def _warm_start(C: Tensor, parent: LloydResult, rows: Tensor) -> tuple[Tensor, ...] | None:
-    """The parent's labels renumbered to the rows of ``C`` (-1 where their centroid is gone or
-    moved), its bounds, and the rows of ``C`` that are new or moved; on wide data also the
-    group of each row of ``C`` (a kept centroid's parent's group, a moved one the group of the
-    parent's centroid nearest it) and the parent's ``||x_i||^2``. None without bounds.
-    Checks that every row kept equals its parent's centroid exactly."""
+    """For :func:`rbfkmeans.kernels.lloyd_run`: the parent's labels renumbered to the rows of
+    ``C`` (-1 where their centroid is gone), its bounds, the rows of ``C`` that are new, and
+    the parent's centroid each row continues (a new one: its own row); on wide data also the
+    group of each row of ``C`` (a kept centroid's parent's group, a new one the group of the
+    parent's centroid nearest it) and the parent's ``||x_i||^2``. None without bounds."""
     if parent.bounds is None:
         return None
     rows = _check_warm_rows(C, parent, rows)
