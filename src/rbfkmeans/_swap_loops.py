@@ -10,7 +10,7 @@ Only :mod:`rbfkmeans.kernels` imports this module; it needs numba.
 import numpy as np
 from numba import njit, prange
 
-from ._row_loops import _centroid_terms, _row_scores, sum_blocks
+from ._row_loops import _centroid_terms, _row_scores, dot_chains, sum_block_count, sum_blocks
 
 __all__ = ["halves", "scatter_times", "spread"]
 
@@ -61,10 +61,15 @@ def spread(X, C, labels, w, scatter, nb):
 @njit(parallel=True, cache=True, nogil=True)
 def scatter_times(X, C, labels, V, w, nb):
     """``U_a = sum_{a_i = a} w_i y_i (y_i . V_a)`` (k, d), ``y_i = x_i - c_a``: each cluster's
-    scatter matrix times its vector, in one sweep, never forming a matrix (float64)."""
+    scatter matrix times its vector, in one sweep, never forming a matrix (float64). ``y_i``
+    is formed first (a loop that vectorises), then ``y_i . V_a`` in four chains
+    (:func:`rbfkmeans._row_loops.dot_chains`), in at most ``nb`` blocks whose partial sums fit
+    the cache (:func:`rbfkmeans._row_loops.sum_block_count`): on MNIST against 256 centroids
+    64 ms -> 29 ms a sweep."""
     n, d = X.shape
     k = C.shape[0]
     has_w = w.shape[0] > 0
+    nb = sum_block_count(nb, k * d)
     block = (n + nb - 1) // nb
     U = np.zeros((nb, k, d))
     Y = np.empty((nb, d))
@@ -72,14 +77,14 @@ def scatter_times(X, C, labels, V, w, nb):
         y = Y[b]
         for i in range(b * block, min(n, (b + 1) * block)):
             a = labels[i]
-            proj = 0.0
             for t in range(d):
                 y[t] = np.float64(X[i, t]) - np.float64(C[a, t])
-                proj += y[t] * V[a, t]
+            proj = dot_chains(y, V[a], d)
             if has_w:
                 proj *= np.float64(w[i])
+            Ua = U[b, a]
             for t in range(d):
-                U[b, a, t] += proj * y[t]
+                Ua[t] += proj * y[t]
     return sum_blocks(U.reshape(nb, k * d)).reshape(k, d)
 
 
@@ -87,19 +92,23 @@ def scatter_times(X, C, labels, V, w, nb):
 def halves(X, C, labels, V, w, nb):
     """The weight (2k,) and weighted sum (2k, d) of the rows of each cluster on either side of
     the hyperplane through ``c_a`` normal to ``V_a``: entry ``2a`` for ``(x - c_a).V_a <= 0``,
-    ``2a + 1`` for the other side (float64)."""
+    ``2a + 1`` for the other side (float64; the projection formed as in :func:`scatter_times`,
+    the blocks limited as there)."""
     n, d = X.shape
     k = C.shape[0]
     has_w = w.shape[0] > 0
+    nb = sum_block_count(nb, 2 * k * d)
     block = (n + nb - 1) // nb
     count = np.zeros((nb, 2 * k))
     total = np.zeros((nb, 2 * k, d))
+    Y = np.empty((nb, d))
     for b in prange(nb):
+        y = Y[b]
         for i in range(b * block, min(n, (b + 1) * block)):
             a = labels[i]
-            proj = 0.0
             for t in range(d):
-                proj += (np.float64(X[i, t]) - np.float64(C[a, t])) * V[a, t]
+                y[t] = np.float64(X[i, t]) - np.float64(C[a, t])
+            proj = dot_chains(y, V[a], d)
             half = 2 * a + (1 if proj > 0.0 else 0)
             wi = np.float64(w[i]) if has_w else 1.0
             count[b, half] += wi

@@ -32,14 +32,12 @@ import numpy as np
 from numba import njit, prange
 
 from ._loops import WIDE_ROWS
-from ._row_loops import _argmin, sq_dist, sum_blocks
+from ._row_loops import _argmin, sq_dist, sum_block_count, sum_blocks
 
-__all__ = ["RHO", "SUM_ENTRIES", "bounded_wide", "fold_moved", "label_sums", "move_rows"]
+__all__ = ["RHO", "bounded_wide", "fold_moved", "label_sums", "move_rows"]
 
 #: relative slack of the bounds (far above the few roundings each accumulates per step)
 RHO = 64.0 * 2.0**-52
-#: :func:`label_sums` keeps at most this many float64 partial sums (16 MB)
-SUM_ENTRIES = 1 << 21
 #: float32 lower bounds are stored this much below their float64 value (a float32 rounds by at
 #: most 2^-24 relative)
 _DOWN = 1.0 - 2.0**-20
@@ -232,11 +230,10 @@ def move_rows(X, w, old, new, N, S, count):
 @njit(parallel=True, cache=True, nogil=True)
 def label_sums(X, w, labels, k, nb):
     """``N`` (k,), ``S`` (k, d) and the row counts (k,) of the clusters ``labels`` (n,), each
-    block's partial sums added in block order; at most ``nb`` blocks, and few enough that
-    their partial sums stay within :data:`SUM_ENTRIES` (on MNIST against 256 centroids 41
-    blocks of 1.6 MB each took 2x the time of 10: the rows' additions left the cache)."""
+    block's partial sums added in block order; at most ``nb`` blocks, fewer where their
+    partial sums would outgrow the cache (:func:`rbfkmeans._row_loops.sum_block_count`)."""
     n, d = X.shape
-    nb = max(1, min(nb, SUM_ENTRIES // max(k * d, 1)))
+    nb = sum_block_count(nb, k * d)
     has_w = w.shape[0] > 0
     block = (n + nb - 1) // nb
     N = np.zeros((nb, k))
