@@ -295,18 +295,22 @@ def memory(name: str, names: list[str], seed: int) -> dict[str, Any]:
 def _merge_methods(old: dict[str, Any], new: dict[str, Any], name: str,
                    names: list[str]) -> dict[str, Any]:
     """``old`` with the rows of workload ``name`` that ``new`` reran replacing theirs, the rows
-    of methods no longer in :func:`methods` dropped, and the rerun noted under ``"reruns"``."""
+    of methods no longer in :func:`methods` dropped, and the rerun noted under ``"reruns"``;
+    each row rerun carries the rerun's index there (``"rerun"``: rows timed in one run share
+    it)."""
     entry = old["workloads"][name]
     k = entry["k"]
+    reruns = old.setdefault("reruns", [])
+    geometries = []
     for geometry, rows in new["workloads"][name].items():
         if not isinstance(rows, dict) or geometry not in ("euclidean", "cosine"):
             continue
         known = set(methods(k, old["seed"], geometry == "cosine")) | {"BKMeans"}
         kept = {m: r for m, r in entry.get(geometry, {}).items() if m in known}
-        entry[geometry] = {**kept, **rows}
-    old.setdefault("reruns", []).append(
-        {"workload": name, "methods": sorted(names), "machine": new["machine"],
-         "torch": new["torch"]})
+        entry[geometry] = {**kept, **{m: dict(r, rerun=len(reruns)) for m, r in rows.items()}}
+        geometries.append(geometry)
+    reruns.append({"workload": name, "methods": sorted(names), "geometries": geometries,
+                   "machine": new["machine"], "torch": new["torch"]})
     return old
 
 
@@ -356,7 +360,10 @@ def table(results: dict[str, Any]) -> str:
             label = f"{name} ({entry['n']:,} x {entry['d']}, k={entry['k']})" + \
                 (", cosine" if geometry == "cosine" else "")
             for method, row in rows.items():
-                earlier = " (earlier run)" if reruns and method not in rerun else ""
+                if "rerun" in ref:  # rows timed with the reference share its rerun index
+                    earlier = " (earlier run)" if row.get("rerun") != ref["rerun"] else ""
+                else:  # rows from before the index was kept
+                    earlier = " (earlier run)" if reruns and method not in rerun else ""
                 lines.append(f"| {label} | {method}{earlier} | "
                              f"{row['seconds'] / ref['seconds']:.2f}x | "
                              f"{row['inertia'] / ref['inertia']:.4f} | {row['seconds']:.2f} |")

@@ -42,7 +42,9 @@ def test_a_methods_rerun_replaces_its_rows_and_is_noted(bench: ModuleType) -> No
     assert merged["workloads"]["mnist-k10"]["passes"]["product"] == 1.0
     assert merged["reruns"] == [{"workload": "mnist-k10", "methods": ["RBFKMeans(faster)",
                                                                      "faiss"],
-                                 "machine": "m", "torch": "t"}]
+                                 "geometries": ["euclidean"], "machine": "m", "torch": "t"}]
+    assert rows["faiss"]["rerun"] == rows["RBFKMeans(faster)"]["rerun"] == 0
+    assert "rerun" not in rows["KMeans(n_init=1)"]
     text = bench.table(merged)
     assert "| KMeans(n_init=1) (earlier run) | 1.00x |" in text
     assert "| faiss | 0.12x | 1.0000 | 0.25 |" in text  # (0.25 / 2.0), rerun: unmarked
@@ -53,6 +55,22 @@ def test_a_methods_rerun_replaces_its_rows_and_is_noted(bench: ModuleType) -> No
     assert "The pass timings below are rerun (`--passes-only`)." in bench.table(merged)
     one_run = _results({"KMeans(n_init=1)": 2.0, "faiss": 0.5})
     assert "(earlier run)" not in bench.table(one_run)  # a file of one run marks nothing
+
+
+def test_the_table_marks_rows_not_timed_with_the_reference(bench: ModuleType) -> None:
+    """Once ``KMeans(n_init=1)`` is rerun, a row is of the same run when it was rerun with it:
+    rows of an earlier rerun of the same methods are marked too."""
+    merged = _results({"KMeans(n_init=1)": 2.0, "faiss": 0.5, "RBFKMeans": 1.5})
+    for names, seconds in ((["faiss", "RBFKMeans"], 0.25), (["KMeans(n_init=1)", "RBFKMeans"],
+                                                             1.0)):
+        new = _results(dict.fromkeys(names, seconds))
+        merged = bench._merge_methods(merged, new, "mnist-k10", names)
+    rows = merged["workloads"]["mnist-k10"]["euclidean"]
+    assert [rows[m]["rerun"] for m in ("faiss", "RBFKMeans", "KMeans(n_init=1)")] == [0, 1, 1]
+    text = bench.table(merged)
+    assert "| KMeans(n_init=1) | 1.00x |" in text
+    assert "| RBFKMeans | 1.00x |" in text
+    assert "| faiss (earlier run) | 0.25x |" in text  # rerun, but not with the reference
 
 
 def test_the_faster_setting_is_the_documented_one(bench: ModuleType) -> None:

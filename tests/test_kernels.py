@@ -414,18 +414,23 @@ def test_compiled_lloyd_equals_the_python_loop(tol: float, weighted: bool, d: in
 
 
 def _give_up_iteration(X: np.ndarray, w: np.ndarray, C0: np.ndarray, target: float,
-                       max_iter: int) -> tuple[int, bool]:
+                       max_iter: int, spherical: bool = False) -> tuple[int, bool]:
     """Plain float64 Lloyd iterations with the give-up rule of ``lloyd(target=...)`` written
     from its definition: ``J_t`` the weighted squared distances of iteration ``t``'s points to
-    their clusters' means. Returns the iterations run and whether it gave up."""
+    their clusters' means (``spherical``: unit rows ``X``, each centroid the mean direction and
+    ``J_t = sum_i w_i (1 - x_i . c_{l_i})``). Returns the iterations run and whether it gave
+    up."""
     C, prev, J_prev = C0.copy(), None, math.inf
     for it in range(1, max_iter + 1):
         lab = ((X[:, None, :] - C[None]) ** 2).sum(axis=2).argmin(axis=1)
         C = np.stack([np.average(X[lab == j], axis=0, weights=w[lab == j])
                       for j in range(len(C))])
+        if spherical:
+            C /= np.linalg.norm(C, axis=1, keepdims=True)
         if prev is not None and np.array_equal(lab, prev):
             return it, False
-        J = float((w * ((X - C[lab]) ** 2).sum(axis=1)).sum())
+        J = float((w * (1.0 - (X * C[lab]).sum(axis=1))).sum()) if spherical \
+            else float((w * ((X - C[lab]) ** 2).sum(axis=1)).sum())
         excess, pace = J - target, lloyd_module.STALL * (J_prev - J)
         if it >= 3 and excess > pace:
             assert excess - pace > 1e-6 * J  # far from the boundary: rounding cannot flip it
@@ -435,26 +440,39 @@ def _give_up_iteration(X: np.ndarray, w: np.ndarray, C0: np.ndarray, target: flo
     return max_iter, False
 
 
-@pytest.mark.parametrize("d", [3, 40])
-def test_lloyd_gives_up_on_its_target_as_its_rule_says(d: int,
+@pytest.mark.parametrize("d", [3, 40, kernels.MAX_DIM + 40])
+@pytest.mark.parametrize("metric", ["sqeuclidean", "cosine"])
+def test_lloyd_gives_up_on_its_target_as_its_rule_says(d: int, metric: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """From the third iteration a run stops, unconverged, once ``J_t - target`` exceeds
     ``STALL (J_{t-1} - J_t)``: the compiled loop and the Python loop stop at the iteration the
     rule written from its definition gives, on a target it cannot reach and on one it reaches;
-    without a target the run is the one it always was."""
+    without a target the run is the one it always was. The same for spherical k-means, whose
+    ``J_t`` is the spherical objective at the mean directions."""
     X, w = _points(21, 1500, d, weighted=True)
     assert w is not None
-    data = Data(X, w)
-    C0 = X[:12].clone()
+    data = Data(X, w, metric=metric)
+    C0 = data.X[:12].clone()
     free = lloyd(data, C0)
+    calls: list[bool] = []
+    original = kernels.lloyd_run
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        calls.append(True)
+        return original(*args, **kw)
+
     for target, gives_up in ((0.97 * free.inertia, True), (1.02 * free.inertia, False)):
-        want = _give_up_iteration(X.numpy(), w.numpy(), C0.numpy(), target, 300)
+        want = _give_up_iteration(data.X.numpy(), w.numpy(), C0.numpy(), target, 300,
+                                  spherical=metric == "cosine")
         assert want[1] is gives_up
         for torch_path in (False, True):
+            calls.clear()
             with monkeypatch.context() as mp:
+                mp.setattr(kernels, "lloyd_run", spy)
                 if torch_path:
                     _torch_path(mp)
                 run = lloyd(data, C0, target=target)
+            assert calls == ([] if torch_path else [True])
             assert (run.n_iter, run.gave_up) == want
             assert run.converged is not gives_up
             if gives_up:
@@ -597,10 +615,16 @@ def test_wide_bound_groups() -> None:
 @given(seed=st.integers(0, 10_000), n=st.integers(20, 2500), d=st.integers(1, 16),
        k=st.integers(2, 30),
        move=st.sampled_from(["swap", "delete", "grow", "shift", "none"]),
-       grid=st.booleans(), weighted=st.booleans(), wide=st.booleans())
+       grid=st.booleans(), weighted=st.booleans(), wide=st.booleans(),
+       metric=st.sampled_from(["sqeuclidean", "cosine"]))
+@example(seed=0, n=300, d=3, k=6, move="shift", grid=False, weighted=False, wide=False,
+         metric="cosine")
+@example(seed=21, n=300, d=3, k=6, move="shift", grid=True, weighted=True, wide=True,
+         metric="cosine")
 def test_lloyd_from_a_parents_bounds_equals_a_cold_start(seed: int, n: int, d: int, k: int,
                                                          move: str, grid: bool,
-                                                         weighted: bool, wide: bool) -> None:
+                                                         weighted: bool, wide: bool,
+                                                         metric: str) -> None:
     """A run started from a finished run's labels and bounds (``warm``), its centroids changed
     as the swap search changes them (two replaced, some deleted, some added, none) or as
     Hartigan's moves move the means (some shifted, each continuing its own), takes
@@ -608,16 +632,18 @@ def test_lloyd_from_a_parents_bounds_equals_a_cold_start(seed: int, n: int, d: i
     also with exact ties (integer points). On wide data (beyond the compiled kernels' few
     features) the warm run keeps the parent's groups of centroids, the moved ones joining the
     group of their nearest parent centroid, and its group bounds (float64 data: the scores
-    of the rows in doubt round as in the cold run's products)."""
+    of the rows in doubt round as in the cold run's products). The same for spherical
+    k-means (cosine data: the unit rows' bounds, the kept centroids projected again)."""
     if wide:
         d += kernels.MAX_DIM
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d)) * rng.uniform(0.1, 10.0) + rng.uniform(-100.0, 100.0)
     if grid:
         X = np.round(X / 10.0)
+        X[(X == 0.0).all(axis=1)] = 1.0  # no zero rows (they have no direction)
     Xt = torch.as_tensor(X)
     w = torch.as_tensor(rng.uniform(0.0, 3.0, size=n)) if weighted else None
-    data = Data(Xt, w)
+    data = Data(Xt, w, metric=metric)
     parent = lloyd(data, Xt[torch.as_tensor(rng.choice(n, size=min(k, n), replace=False))]
                    .clone(), tol=1e-3)
     assume(parent.bounds is not None)  # a run that relocated an empty cluster has none
@@ -639,7 +665,7 @@ def test_lloyd_from_a_parents_bounds_equals_a_cold_start(seed: int, n: int, d: i
     elif move == "shift":  # some means moved, by up to a tenth of the data's spread
         some = torch.as_tensor(rng.random(k) < 0.5)
         C[some] += torch.as_tensor(rng.normal(size=(int(some.sum()), C.shape[1]))) \
-            * float(Xt.std()) * rng.uniform(0.0, 0.1)
+            * float(data.X.std()) * rng.uniform(0.0, 0.1)
     for max_iter in (1, 2, 300):  # after one pass too: a fixed point can hide a wrong pass
         warm = lloyd(data, C, tol=1e-6, max_iter=max_iter, warm=(parent, rows))
         cold = lloyd(data, C, tol=1e-6, max_iter=max_iter)
@@ -878,10 +904,10 @@ def test_wide_swap_costs_equal_the_torch_passes(weighted: bool,
                                                   (40, 30, False)])
 def test_spherical_lloyd_run_equals_the_torch_iterations(monkeypatch: pytest.MonkeyPatch,
                                                          d: int, k: int, weighted: bool) -> None:
-    """Spherical k-means in compiled code (cosine data, no target): the run of the torch passes
+    """Spherical k-means in compiled code (cosine data): the run of the torch passes
     (same iterations, labels and centroids up to rounding), ending at a fixed point of the
     spherical update ``c_j = m_j / ||m_j||`` (float64 reference) with ``J = sum_i w_i (1 -
-    cos)``; a target keeps cosine runs on the torch passes, and ``lloyd_run`` refuses one."""
+    cos)``."""
     X, w = _points(d, 4000, d, dtype=torch.float32, weighted=weighted)
     data = Data(X, w, metric="cosine")
     C0 = data.X[:k].clone()
@@ -911,9 +937,3 @@ def test_spherical_lloyd_run_equals_the_torch_iterations(monkeypatch: pytest.Mon
         np.testing.assert_allclose(fast.C[j].double().numpy(), m / np.linalg.norm(m), atol=1e-5)
     cos = (U * fast.C.double().numpy()[lab]).sum(1)
     assert fast.inertia == pytest.approx(float(wn @ (1 - cos)), rel=1e-6)  # float32 dots
-    monkeypatch.setenv("RBFKMEANS_KERNELS", "1")
-    calls.clear()
-    lloyd(data, C0, max_iter=5, tol=0.0, target=0.0)
-    assert calls == []
-    with pytest.raises(ValueError, match="spherical Lloyd run takes no target"):
-        original(data.X, C0, None, 5, 0.0, target=1.0, spherical=True)

@@ -222,10 +222,11 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
     labels as full passes, the sums kept by the rows that move (equal to a full pass's to
     rounding; recomputed in full when a cluster may have emptied).
 
-    ``spherical``: spherical k-means on unit rows (the caller's ``target`` is infinite): the
-    nearest unit centroid in distance is the most similar in cosine, and the update is the
-    normalised sum ``c_j = S_j / ||S_j||``; a cluster whose sum is zero stops the run as an
-    empty one does. ``J`` is then the squared distance ``sum_i w_i (2 - 2 cos)``."""
+    ``spherical``: spherical k-means on unit rows: the nearest unit centroid in distance is
+    the most similar in cosine, and the update is the normalised sum ``c_j = S_j / ||S_j||``;
+    a cluster whose sum is zero stops the run as an empty one does. The give-up rule then
+    judges ``J_t = sum_i w_i - sum_j ||S_j||`` (the spherical objective at the mean
+    directions), and ``J`` is the squared distance ``sum_i w_i (2 - 2 cos)``."""
     n = X.shape[0]
     k, d = C0.shape
     C = C0.copy()
@@ -240,6 +241,13 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
         xs = np.empty(0 if wide and not grouped else n)  # the bounds' ||x_i||^2
         moments = _moments(X, w, xs, nb, False) \
             if np.isfinite(target) or not wide or grouped else 0.0
+    total_w = n * 1.0
+    if w.shape[0]:
+        total_w = 0.0
+        for i in range(n):
+            total_w += np.float64(w[i])
+    if spherical:  # unit rows: sum_i w_i ||x_i||^2 is their weight
+        moments = total_w
     ngroups = 0
     if grouped:
         for j in range(k):
@@ -256,11 +264,6 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
     N = np.zeros(k)
     S = np.zeros((k, d))
     count = np.zeros(k, dtype=np.int64)
-    total_w = n * 1.0
-    if w.shape[0]:
-        total_w = 0.0
-        for i in range(n):
-            total_w += np.float64(w[i])
     J_prev = np.inf
     upper = np.empty(xs.shape[0])
     lower = np.empty(xs.shape[0])
@@ -332,6 +335,9 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
         if np.isfinite(target):
             J = moments
             for j in range(k):
+                if spherical:  # J_t = sum_i w_i - sum_j ||S_j||
+                    J -= scale[j]
+                    continue
                 sq = 0.0
                 for t in range(d):
                     sq += S[j, t] * S[j, t]

@@ -343,12 +343,9 @@ def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int, tol: float,
     centroid in any) and the parent's ``||x_i||^2`` (:attr:`LloydRun.bounds`): the first pass
     starts from them, with the same labels.
     ``spherical``: spherical k-means on unit rows ``X`` and unit ``C`` (the
-    update ``S_j / ||S_j||``; no ``target``), its ``J`` the spherical objective ``sum_i w_i (1 -
-    cos)`` (half the squared distance the passes sum). Single process only; call only where
-    :func:`usable` holds."""
-    if spherical and math.isfinite(target):
-        raise ValueError("a spherical Lloyd run takes no target; got target="
-                         f"{target!r}")
+    update ``S_j / ||S_j||``; the give-up rule on ``J_t = sum_i w_i - sum_j ||S_j||``), its
+    ``J`` the spherical objective ``sum_i w_i (1 - cos)`` (half the squared distance the passes
+    sum). Single process only; call only where :func:`usable` holds."""
     Xn = _array(X)
     wide = Xn.shape[1] > MAX_DIM
     none_i, none_f = np.empty(0, dtype=np.int64), np.empty(0)

@@ -248,10 +248,9 @@ def lloyd(
     labels_old: Tensor | None = None
     converged = False
     bounded = None
-    # the compiled runs take squared-Euclidean data, and cosine data without a target in one
-    # process (their update S_j / ||S_j||)
-    compiled_metric = data.metric.name == "sqeuclidean" or (
-        spherical and target is None and not comm.active)
+    # the compiled runs take squared-Euclidean data, and cosine data in one process (their
+    # update S_j / ||S_j||)
+    compiled_metric = data.metric.name == "sqeuclidean" or (spherical and not comm.active)
     if bounds is None:  # every rank decides alike (the two passes reduce different tensors)
         n_total = sum(comm.counts(data.n)) if comm.active else data.n
         k, d = C.shape
@@ -270,13 +269,13 @@ def lloyd(
         # the same iterations in compiled code, up to a pass that empties a cluster
         run = kernels.lloyd_run(data.X, C, data.w, max_iter, tol,
                                 math.inf if target is None else target, STALL,
-                                None if warm is None or spherical else _warm_start(C, *warm),
+                                None if warm is None else _warm_start(C, *warm),
                                 spherical=spherical)
         if run.finished:
             assert run.labels is not None
             J = _spherical_objective(data, run.C, run.labels) if spherical else run.inertia
             return LloydResult(run.C, run.labels, J, run.n_iter, run.converged,
-                               run.gave_up, None if spherical else run.bounds)
+                               run.gave_up, run.bounds)
         C, labels_old, done = run.C, run.labels, run.n_iter
         it = done
     moments = _moments(data, spherical) if target is not None else 0.0
