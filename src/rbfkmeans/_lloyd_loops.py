@@ -30,7 +30,15 @@ import numpy as np
 from numba import njit, prange
 
 from ._loops import hard_wide
-from ._row_loops import _add_row, _centroid_terms, _row_scores, sq_dist, sq_norm, sum_blocks
+from ._row_loops import (
+    _add_row,
+    _centroid_terms,
+    _row_scores,
+    dot_chains,
+    sq_dist,
+    sq_norm,
+    sum_blocks,
+)
 from ._wide_loops import bounded_wide, fold_moved, label_sums, move_rows
 
 __all__ = ["bounded", "lloyd"]
@@ -169,19 +177,45 @@ def _moments(X, w, xs, nb, given):
     return sum_blocks(part)[0]
 
 
+@njit(cache=True, nogil=True)
+def _shifts(C_new, C, delta):
+    """Each centroid's move ``delta_j = ||c_j^new - c_j||`` (widened by the bounds' relative
+    slack), the differences in float64; returns ``sum_j ||c_j^new - c_j||^2``, summed entry by
+    entry in row order, as the Python loop sums it."""
+    k, d = C.shape
+    shift = 0.0
+    for j in range(k):
+        move = 0.0
+        for t in range(d):
+            step = np.float64(C_new[j, t]) - np.float64(C[j, t])
+            shift += step * step
+            move += step * step
+        delta[j] = math.sqrt(move) * (1.0 + _RHO)
+    return shift
+
+
 @njit(parallel=True, cache=True, nogil=True)
-def _labelled_J(X, C, w, labels, nb):
+def _labelled_J(X, C, w, labels, nb, spherical):
     """``J = sum_i w_i ||x_i - c_{l_i}||^2``, the differences in float64, block sums added in
     block order (as :func:`rbfkmeans.lloyd._labelled_inertia` computes it for the torch
-    passes)."""
+    passes); ``spherical``: ``sum_i w_i (1 - x_i . c_{l_i})`` of unit rows and centroids, the
+    products in float64."""
     n, d = X.shape
     block = (n + nb - 1) // nb
     part = np.zeros((nb, 1))
     V = np.empty((nb, d))
+    U = np.empty((nb, d))
     for b in prange(nb):
         total = 0.0
         for i in range(b * block, min(n, (b + 1) * block)):
-            r = sq_dist(X, i, C, labels[i], V[b])
+            if spherical:
+                a = labels[i]
+                for t in range(d):
+                    V[b, t] = np.float64(X[i, t])
+                    U[b, t] = np.float64(C[a, t])
+                r = 1.0 - dot_chains(V[b], U[b], d)
+            else:
+                r = sq_dist(X, i, C, labels[i], V[b])
             total += r * (np.float64(w[i]) if w.shape[0] else 1.0)
         part[b, 0] = total
     return sum_blocks(part)[0]
@@ -226,7 +260,8 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
     the most similar in cosine, and the update is the normalised sum ``c_j = S_j / ||S_j||``;
     a cluster whose sum is zero stops the run as an empty one does. The give-up rule then
     judges ``J_t = sum_i w_i - sum_j ||S_j||`` (the spherical objective at the mean
-    directions), and ``J`` is the squared distance ``sum_i w_i (2 - 2 cos)``."""
+    directions), and ``J`` is the spherical objective ``sum_i w_i (1 - cos)`` at ``C``, its
+    products in float64."""
     n = X.shape[0]
     k, d = C0.shape
     C = C0.copy()
@@ -275,12 +310,7 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
     none = np.empty(0, dtype=np.int64)
     delta = np.zeros(k)
     if warm or warm_wide:  # the bounds move by what separates C0 from the parent's centroids
-        for j in range(k):
-            move = 0.0
-            for t in range(d):
-                step = np.float64(C[j, t]) - np.float64(warm_C[j, t])
-                move += step * step
-            delta[j] = math.sqrt(move) * (1.0 + _RHO)
+        _shifts(C, warm_C, delta)
     status = 0
     iters = max_iter
     for it in range(1, max_iter + 1):
@@ -312,15 +342,10 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
                 return C, prev, np.nan, it - 1, 2, np.empty(0), np.empty(0), \
                     np.empty((0, 0), dtype=np.float32), np.empty(0)
         C_new = np.empty_like(C)
-        shift = 0.0
         for j in range(k):
-            move = 0.0
             for t in range(d):
                 C_new[j, t] = S[j, t] / scale[j]
-                step = np.float64(C_new[j, t]) - np.float64(C[j, t])
-                shift += step * step  # summed in this order, as the Python loop does
-                move += step * step
-            delta[j] = math.sqrt(move) * (1.0 + _RHO)
+        shift = _shifts(C_new, C, delta)
         C = C_new
         same = it > 1
         if same:
@@ -350,11 +375,15 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
         # delta; after a converged run few rows are in doubt), J from them, O(n d)
         bounded_wide(X, C, prev, lab, upper_g, lower_g, xs, delta, group_of, ngroups, unit,
                      False, nb)
-        return C, lab, _labelled_J(X, C, w, lab, nb), iters, status, upper_g, np.empty(0), \
-            lower_g, xs
+        return C, lab, _labelled_J(X, C, w, lab, nb, spherical), iters, status, upper_g, \
+            np.empty(0), lower_g, xs
     no_groups = np.empty((0, 0), dtype=np.float32)
     if wide:  # the labels and J at C: the pass of rbfkmeans.kernels.hard_pass
-        J = hard_wide(X, C, w, True, lab, nb)[2]
+        J = hard_wide(X, C, w, not spherical, lab, nb)[2]
+        if spherical:
+            J = _labelled_J(X, C, w, lab, nb, True)
         return C, lab, J, iters, status, np.empty(0), np.empty(0), no_groups, np.empty(0)
-    J = bounded(X, C, w, prev, lab, upper, lower, xs, delta, False, True, none, nb)[2]
+    J = bounded(X, C, w, prev, lab, upper, lower, xs, delta, False, not spherical, none, nb)[2]
+    if spherical:
+        J = _labelled_J(X, C, w, lab, nb, True)
     return C, lab, J, iters, status, upper, lower, no_groups, np.empty(0)

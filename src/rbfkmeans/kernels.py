@@ -110,6 +110,23 @@ class LloydRun(NamedTuple):
     bounds: tuple[Tensor, ...] | None
 
 
+class WarmStart(NamedTuple):
+    """Where :func:`lloyd_run` starts from a finished run (its ``warm``): that run's labels
+    renumbered to the rows of the new ``C`` (-1 where their centroid is gone), its upper
+    bounds (n,) and lower bounds (n,) on few features, its group bounds (n, t) on wide data,
+    the rows of ``C`` that are new (int64), the parent's centroid that each row of ``C``
+    continues (k, d; a new one its own); on wide data also the group of each row of ``C``
+    (the parent's groups; a new centroid in any) and the parent's ``||x_i||^2`` (n,)."""
+
+    labels: Tensor
+    upper: Tensor
+    lower: Tensor
+    moved: Tensor
+    continued: Tensor
+    group_of: Tensor | None = None
+    xs: Tensor | None = None
+
+
 #: the process whose threads ran the first kernel (None before): a child forked after that
 #: inherits a thread pool it cannot use (numba's OpenMP layer terminates it), so it takes the
 #: torch passes
@@ -328,7 +345,7 @@ def group_fixed_point(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: T
 
 def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int, tol: float,
               target: float = math.inf, stall: float = 0.0,
-              warm: tuple[Tensor, ...] | None = None,
+              warm: WarmStart | None = None,
               spherical: bool = False) -> LloydRun:
     """Lloyd iterations from ``C`` (k, d) on the rows of ``X``, all in compiled code, with the
     stopping rules of :func:`rbfkmeans.lloyd.lloyd` (labels unchanged, or ``tol > 0`` and a
@@ -336,29 +353,29 @@ def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int, tol: float,
     its give-up rule with ratio ``stall``), then the labels and ``J`` at the centroids reached
     (those of :func:`hard_pass` bit for bit); or up to the first pass that leaves a cluster
     empty, whose relocation the caller does (``finished`` False: the labels of the pass before
-    that one, None if none, and no ``J``). ``warm``: the labels (renumbered, -1 where their
-    centroid is gone), upper and lower bounds a finished run left, the rows of ``C`` that are
-    new (int64), and the parent's centroid that each row of ``C`` continues (k, d; a new one
-    its own); on wide data also the group of each row of ``C`` (the parent's groups; a new
-    centroid in any) and the parent's ``||x_i||^2`` (:attr:`LloydRun.bounds`): the first pass
-    starts from them, with the same labels.
+    that one, None if none, and no ``J``). ``warm``: the state a finished run left
+    (:class:`WarmStart`, from :attr:`LloydRun.bounds`): the first pass starts from it, with
+    the same labels.
     ``spherical``: spherical k-means on unit rows ``X`` and unit ``C`` (the
     update ``S_j / ||S_j||``; the give-up rule on ``J_t = sum_i w_i - sum_j ||S_j||``), its
-    ``J`` the spherical objective ``sum_i w_i (1 - cos)`` (half the squared distance the passes
-    sum). Single process only; call only where :func:`usable` holds."""
+    ``J`` the spherical objective ``sum_i w_i (1 - cos)`` (the products in float64). Single
+    process only; call only where :func:`usable` holds."""
     Xn = _array(X)
     wide = Xn.shape[1] > MAX_DIM
     none_i, none_f = np.empty(0, dtype=np.int64), np.empty(0)
     lab0, up0, lo0, moved = (none_i, none_f, none_f, none_i) if warm is None else (
-        _array(warm[0]), _array(warm[1]), none_f if wide else _array(warm[2]),
-        _array(warm[3]))
-    warm_C = np.empty((0, 0), Xn.dtype) if warm is None else _array(warm[4].to(X.dtype))
-    lower_g, xs = (_array(warm[2]), _array(warm[6])) if wide and warm is not None \
-        else (np.empty((0, 0), dtype=np.float32), none_f)
+        _array(warm.labels), _array(warm.upper), none_f if wide else _array(warm.lower),
+        _array(warm.moved))
+    warm_C = np.empty((0, 0), Xn.dtype) if warm is None else _array(warm.continued.to(X.dtype))
+    lower_g, xs = np.empty((0, 0), dtype=np.float32), none_f
+    if wide and warm is not None:
+        assert warm.xs is not None
+        lower_g, xs = _array(warm.lower), _array(warm.xs)
     if not wide:
         group_of = none_i
     elif warm is not None:
-        group_of = _array(warm[5])
+        assert warm.group_of is not None
+        group_of = _array(warm.group_of)
     else:
         group_of = centroid_groups(C, bound_groups(int(X.shape[0]), int(C.shape[0]))).numpy()
     unit = torch.finfo(X.dtype).eps / 2
@@ -369,8 +386,6 @@ def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int, tol: float,
             float(stall), lab0, up0, lo0, moved,
             group_of, unit, bool(spherical), lower_g, xs, warm_C)
     finished = status != 2
-    if spherical:
-        J = J / 2.0  # ||x - c||^2 = 2 - 2 cos on the sphere
     bounds: tuple[Tensor, ...] | None = None
     if finished and wide and 0 < lower_g.size <= KEPT_LOWER_BOUNDS:
         bounds = (torch.from_numpy(upper), torch.from_numpy(lower_g),
@@ -505,8 +520,8 @@ def _warm_lloyd(X: Tensor, C: Tensor, w: Tensor | None) -> None:
     run = lloyd_run(X, C, w, 3, 0.0)
     if run.finished and run.labels is not None and run.bounds is not None:
         lloyd_run(X, run.C.clone(), w, 3, 0.0,
-                  warm=(run.labels, run.bounds[0], run.bounds[1],
-                        torch.empty(0, dtype=torch.int64), run.C, *run.bounds[2:]))
+                  warm=WarmStart(run.labels, run.bounds[0], run.bounds[1],
+                                 torch.empty(0, dtype=torch.int64), run.C, *run.bounds[2:]))
 
 
 def hartigan_pass(X: Tensor, C: Tensor, N: Tensor, labels: Tensor,

@@ -273,8 +273,7 @@ def lloyd(
                                 spherical=spherical)
         if run.finished:
             assert run.labels is not None
-            J = _spherical_objective(data, run.C, run.labels) if spherical else run.inertia
-            return LloydResult(run.C, run.labels, J, run.n_iter, run.converged,
+            return LloydResult(run.C, run.labels, run.inertia, run.n_iter, run.converged,
                                run.gave_up, run.bounds)
         C, labels_old, done = run.C, run.labels, run.n_iter
         it = done
@@ -326,7 +325,7 @@ def lloyd(
     return LloydResult(C, final.labels, final.inertia, it, converged, gave_up)
 
 
-def _warm_start(C: Tensor, parent: LloydResult, rows: Tensor) -> tuple[Tensor, ...] | None:
+def _warm_start(C: Tensor, parent: LloydResult, rows: Tensor) -> kernels.WarmStart | None:
     """For :func:`rbfkmeans.kernels.lloyd_run`: the parent's labels renumbered to the rows of
     ``C`` (-1 where their centroid is gone), its bounds, the rows of ``C`` that are new, and
     the parent's centroid each row continues (a new one: its own row); on wide data also the
@@ -341,7 +340,8 @@ def _warm_start(C: Tensor, parent: LloydResult, rows: Tensor) -> tuple[Tensor, .
     moved = (rows < 0).nonzero().squeeze(1)
     continued = C.clone()  # the parent's centroid each row continues (a new one: its own)
     continued[kept] = parent.C[rows[kept]].to(C.dtype)
-    warm = (renumber[parent.labels], parent.bounds[0], parent.bounds[1], moved, continued)
+    warm = kernels.WarmStart(renumber[parent.labels], parent.bounds[0], parent.bounds[1], moved,
+                             continued)
     if len(parent.bounds) == 2:
         return warm
     parent_group, xs = parent.bounds[2], parent.bounds[3]
@@ -350,7 +350,7 @@ def _warm_start(C: Tensor, parent: LloydResult, rows: Tensor) -> tuple[Tensor, .
     if moved.numel():
         nearest = torch.cdist(C[moved].double(), parent.C.double()).argmin(dim=1)
         group_of[moved] = parent_group[nearest]
-    return (*warm, group_of, xs)
+    return warm._replace(group_of=group_of, xs=xs)
 
 
 def _check_warm_rows(C: Tensor, parent: LloydResult, rows: Tensor) -> Tensor:
