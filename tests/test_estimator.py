@@ -969,10 +969,10 @@ def test_no_hartigan_on_all_rows_after_an_unsettled_polish(monkeypatch: pytest.M
 
     floors: list[float] = []
 
-    def spy(data, labels, k, *, max_passes, min_gain=0.0):  # type: ignore[no-untyped-def]
+    def spy(data, labels, k, *, max_passes, min_gain=0.0, start=None):  # type: ignore[no-untyped-def]
         rows_seen.append(data.n)
         floors.append(min_gain)
-        return real(data, labels, k, max_passes=max_passes, min_gain=min_gain)
+        return real(data, labels, k, max_passes=max_passes, min_gain=min_gain, start=start)
 
     monkeypatch.setattr(E, "hartigan", spy)
     rng = np.random.default_rng(0)

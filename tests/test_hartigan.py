@@ -9,11 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from rbfkmeans import RBFKMeans
-from rbfkmeans.hartigan import _batch_change, _means, hartigan
+from rbfkmeans.hartigan import _batch_change, _means, hartigan, holds_weight
+from rbfkmeans.lloyd import LloydResult, distance_bounds, lloyd
 from rbfkmeans.passes import Data
 
 
@@ -166,6 +167,7 @@ def test_every_batch_kept_under_min_gain_pays_more_than_it(
     ({"max_passes": 0}, "max_passes"),
     ({"min_gain": -1.0}, "min_gain must be a finite number >= 0; got -1.0"),
     ({"min_gain": float("nan")}, "min_gain must be a finite number >= 0; got nan"),
+    ({"start": "lloyd"}, "start must be the LloydResult whose labels are labels"),
 ])
 def test_bad_arguments_are_named(kwargs: dict[str, object], message: str) -> None:
     args: dict[str, object] = {"data": Data(torch.arange(8.0).view(4, 2)),
@@ -376,3 +378,77 @@ def test_the_wide_scoring_equals_every_move_scored_in_float64(empty: bool) -> No
     np.testing.assert_allclose(gain.numpy()[pays], ref[pays], rtol=0, atol=4 * tol)
     assert np.all(gain.numpy()[stays] == 0.0)
     assert np.all(target.numpy()[stays] == -1)
+
+
+def _lloyd_start(data: Data, k: int, compiled: bool, patch: pytest.MonkeyPatch) -> LloydResult:
+    """A Lloyd run on ``data`` from ``k`` of its rows that keeps distance bounds: the compiled
+    wide run's group bounds, or the torch passes' bounds."""
+    patch.setenv("RBFKMEANS_KERNELS", "1" if compiled else "0")
+    res = lloyd(data, data.X[:: max(1, data.n // k)][:k].clone(), tol=0.0,
+                bounds=None if compiled else True)
+    assert distance_bounds(res) is not None
+    return res
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(40, 600), d=st.integers(33, 60),
+       k=st.integers(2, 24), weighted=st.booleans(), compiled=st.booleans())
+def test_starting_from_a_lloyd_runs_bounds_takes_the_same_steps(
+        seed: int, n: int, d: int, k: int, weighted: bool, compiled: bool) -> None:
+    """The first pass taking up the bounds of the Lloyd run that ended at ``labels`` (the
+    compiled wide run's group bounds, the torch passes' bounds) scores only the rows they leave
+    in doubt and reaches the labels, means, passes and moves of the polish that scores every
+    row first (float64)."""
+    import rbfkmeans.hartigan as H
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) + rng.integers(0, 4, size=(n, 1)) * rng.uniform(0.5, 4.0)
+    w = torch.from_numpy(rng.uniform(0.2, 3.0, n)) if weighted else None
+    data = Data(torch.from_numpy(X), w)
+    with pytest.MonkeyPatch.context() as patch:
+        res = _lloyd_start(data, k, compiled, patch)
+        assume(holds_weight(data, res.labels, k))
+        taken: list[int] = []
+        real = H._Bounds.take_up
+
+        def spy(self, *args):  # type: ignore[no-untyped-def]
+            taken.append(1)
+            return real(self, *args)
+
+        patch.setattr(H._Bounds, "take_up", spy)
+        warm = hartigan(data, res.labels, k, max_passes=1000, start=res)
+        assert taken == [1]
+        cold = hartigan(data, res.labels, k, max_passes=1000)
+    assert torch.equal(warm.labels, cold.labels)
+    assert (warm.n_passes, warm.n_moves, warm.converged) == (cold.n_passes, cold.n_moves,
+                                                            cold.converged)
+    torch.testing.assert_close(warm.C, cold.C, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_lloyd_start_leaves_the_first_pass_only_the_rows_in_doubt(
+        compiled: bool) -> None:
+    """On well-separated clusters the bounds of the Lloyd run rule out almost every row: the
+    first pass scores a few where, without them, it scores all."""
+    import rbfkmeans.hartigan as H
+
+    rng = np.random.default_rng(1)
+    k, d = 6, 40
+    centres = rng.normal(size=(k, d)) * 6.0
+    X = np.repeat(centres, 150, axis=0) + rng.normal(size=(k * 150, d))
+    data = Data(torch.from_numpy(X))
+    scored: list[int] = []
+    real = H._candidates
+
+    def spy(data, C, N, labels, bounds=None):  # type: ignore[no-untyped-def]
+        active = None if bounds is None or bounds.first else bounds.active(N, labels, data.w)
+        scored.append(data.n if active is None else int(active.numel()))
+        return real(data, C, N, labels, bounds)
+
+    with pytest.MonkeyPatch.context() as patch:
+        res = _lloyd_start(data, k, compiled, patch)
+        patch.setattr(H, "_candidates", spy)
+        hartigan(data, res.labels, k, max_passes=1, start=res)
+        hartigan(data, res.labels, k, max_passes=1)
+    assert scored[1] == data.n
+    assert scored[0] < data.n // 20

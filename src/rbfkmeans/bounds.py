@@ -96,6 +96,14 @@ class BoundedAssignment:
         self._C: Tensor | None = None  # the centroids of the last call
         self.n_full = 0  # points that got all k distances, over every call (a diagnostic)
 
+    def distance_bounds(self) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
+        """The labels, the upper bounds ``u_i >= ||x_i - c_{l_i}||``, the lower bounds
+        ``l_i <= min_{j != l_i} ||x_i - c_j||`` (float64, (n,)) and the centroids they hold
+        at, after a call; None before the first."""
+        if self._C is None:
+            return None
+        return self.labels, self._u, self._l, self._C
+
     def start_from(self, parent: BoundedAssignment, C: Tensor, rows: Tensor) -> None:
         """Take up ``parent``'s state (on the same data) for centroids ``C`` (k', d), of which
         row ``j`` is the parent's centroid ``rows[j]`` or is new (``rows[j] = -1``; the

@@ -65,6 +65,7 @@ from torch import Tensor
 
 from . import kernels
 from ._validation import check_nonnegative, check_positive_int
+from .lloyd import LloydResult, distance_bounds
 from .passes import Data, check_data
 
 __all__ = ["REFRESH", "ROUNDING", "HartiganResult", "hartigan", "holds_weight"]
@@ -227,6 +228,20 @@ class _Bounds:
         may = (leave * self.upper.square() > join) & (Na > wi)
         return torch.nonzero(may).flatten()
 
+    def take_up(self, upper: Tensor, lower: Tensor, C_at: Tensor, C: Tensor,
+                labels: Tensor) -> None:
+        """Start from a Lloyd run's bounds (:func:`rbfkmeans.lloyd.distance_bounds`) on the
+        distances to its centroids ``C_at``, ``labels`` theirs, for the means ``C``: ``u_i`` grows
+        by its own mean's distance from ``C_at``, the lower bound on every other distance
+        shrinks by the largest such distance and serves as ``l_1`` and ``l_2`` (``b_1`` any
+        other cluster); the next pass is then a bounded one."""
+        shift = (C - C_at.to(C.dtype)).norm(dim=1).mul_(1.0 + 1e-12)  # (k,)
+        self.upper = upper.to(torch.float64) + shift[labels]
+        self.lower2 = (lower.to(torch.float64) - float(shift.max())).clamp(min=0.0)
+        self.lower1 = self.lower2.clone()
+        self.near = (labels + 1) % C.shape[0]
+        self.first = False
+
     def reset(self, rows: slice | Tensor, d_a: Tensor, D_other: Tensor, X_sq: Tensor,
               C_sq: Tensor) -> None:
         """The bounds of ``rows`` from their squared distances to their own mean (``d_a``) and
@@ -305,12 +320,17 @@ def _batch_change(data: Data, C: Tensor, N: Tensor, rows: Tensor, source: Tensor
 
 
 def hartigan(data: Data, labels: Tensor, k: int, *, max_passes: int = 100,
-             min_gain: float = 0.0) -> HartiganResult:
+             min_gain: float = 0.0, start: LloydResult | None = None) -> HartiganResult:
     """Hartigan's moves from the partition ``labels`` (n,) of ``data`` into ``k`` non-empty
     clusters (this rank's rows under ``torch.distributed``), in batches (module docstring), for
     at most ``max_passes`` passes. ``min_gain``: a batch is kept only if it lowers ``J`` by more
     than this (absolute); the first pass without one ends the polish (``converged``: no move
-    pays more than that). 0 keeps every paying batch: a Hartigan fixed point."""
+    pays more than that). 0 keeps every paying batch: a Hartigan fixed point.
+
+    ``start``: the Lloyd run (:func:`rbfkmeans.lloyd.lloyd` on ``data``) that ended at
+    ``labels``. Where it kept distance bounds (:func:`rbfkmeans.lloyd.distance_bounds`), the
+    first pass takes them up, moved by how far each mean lies from the run's centroid, and
+    scores only the rows they leave in doubt, as the later passes do."""
     data = check_data(data)
     k = check_positive_int(k, "k")
     max_passes = check_positive_int(max_passes, "max_passes")
@@ -319,6 +339,12 @@ def hartigan(data: Data, labels: Tensor, k: int, *, max_passes: int = 100,
         raise ValueError(f"labels must be an int64 tensor of shape ({data.n},); got "
                          f"{getattr(labels, 'dtype', type(labels).__name__)} "
                          f"{tuple(getattr(labels, 'shape', ()))}")
+    if start is not None and not (isinstance(start, LloydResult)
+                                  and start.labels.shape == labels.shape
+                                  and start.C.shape == (k, data.d)
+                                  and torch.equal(start.labels, labels.to(start.labels.device))):
+        raise ValueError("start must be the LloydResult whose labels are labels, with k = "
+                         f"{k} centroids; got {type(start).__name__}")
     labels = labels.to(data.X.device).clone()
     if data.n and (int(labels.min()) < 0 or int(labels.max()) >= k):  # this rank's rows
         raise ValueError(f"labels must lie in [0, {k}); got [{int(labels.min())}, "
@@ -330,6 +356,9 @@ def hartigan(data: Data, labels: Tensor, k: int, *, max_passes: int = 100,
     moves = passes = 0
     converged = False
     bounds = None if k < 2 or kernels.usable(data.X, k) else _Bounds(data.n, labels.device)
+    held = None if bounds is None or start is None else distance_bounds(start)
+    if bounds is not None and held is not None:
+        bounds.take_up(*held, C, labels)
     while passes < max_passes:
         passes += 1
         rows, target, gain = _candidates(data, C, N, labels, bounds)

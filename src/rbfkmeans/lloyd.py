@@ -325,6 +325,23 @@ def lloyd(
     return LloydResult(C, final.labels, final.inertia, it, converged, gave_up)
 
 
+def distance_bounds(result: LloydResult) -> tuple[Tensor, Tensor, Tensor] | None:
+    """The distance bounds a Lloyd run kept at its centroids ``result.C`` with its labels
+    (its compiled run's, or its torch passes'): per row an upper bound on the distance to its
+    own centroid and a lower bound on the distance to every other (float64, (n,)), and the
+    centroids they hold at. None where the run kept none."""
+    if result.bounds is not None:
+        upper, lower = result.bounds[0], result.bounds[1]
+        if lower.dim() == 2:  # group bounds (n, t), rounded down: their least
+            lower = lower.amin(dim=1) if lower.shape[1] else torch.zeros_like(upper)
+        return upper.double(), lower.double(), result.C
+    if result.bounded is not None:
+        state = result.bounded.distance_bounds()
+        if state is not None and torch.equal(state[0], result.labels):
+            return state[1], state[2], state[3]
+    return None
+
+
 def _warm_start(C: Tensor, parent: LloydResult, rows: Tensor) -> kernels.WarmStart | None:
     """For :func:`rbfkmeans.kernels.lloyd_run`: the parent's labels renumbered to the rows of
     ``C`` (-1 where their centroid is gone), its bounds, the rows of ``C`` that are new, and

@@ -162,11 +162,21 @@ def _hartigan_applies(est: RBFKMeans, data: Data) -> bool:
     return not est._hard and not data.metric.spherical
 
 
+def _lloyd_of(fixed_point: LloydResult | SwapResult) -> LloydResult | None:
+    """The Lloyd result behind ``fixed_point`` (with its bounds, at its labels), None if it has
+    none."""
+    if isinstance(fixed_point, LloydResult):
+        return fixed_point
+    parent = fixed_point.fixed_point
+    return parent if parent is not None and torch.equal(parent.labels, fixed_point.labels) \
+        else None
+
+
 def _moved_from(fixed_point: LloydResult | SwapResult) -> tuple[LloydResult, Tensor] | None:
     """``lloyd(warm=...)`` for a run from the means Hartigan's moves left of ``fixed_point``:
     each continues the same centroid (its bounds move by the distance), None without a Lloyd
     result to start from."""
-    parent = fixed_point if isinstance(fixed_point, LloydResult) else fixed_point.fixed_point
+    parent = _lloyd_of(fixed_point)
     return None if parent is None else (parent, torch.arange(parent.C.shape[0]))
 
 
@@ -262,7 +272,7 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
         if not holds_weight(search, final.labels, est.n_clusters):
             break
         moved = hartigan(search, final.labels, est.n_clusters,
-                         max_passes=hartigan_passes(search.n))
+                         max_passes=hartigan_passes(search.n), start=_lloyd_of(final))
         n_hard_iter += moved.n_passes
         if not moved.n_moves:
             break
@@ -289,7 +299,7 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
         # max_iter of Lloyd after the moves cost a third of the time of a 1,000,000-row fit)
         moved = hartigan(data, final.labels, est.n_clusters,
                          max_passes=hartigan_passes(data.n),
-                         min_gain=HARTIGAN_MIN_GAIN * final.inertia)
+                         min_gain=HARTIGAN_MIN_GAIN * final.inertia, start=_lloyd_of(final))
         n_hard_iter += moved.n_passes
         if moved.n_moves:
             final = lloyd(data, moved.C.to(data.X.dtype), max_iter=est.max_iter, tol=0.0,
