@@ -330,3 +330,24 @@ def test_spherical_lloyd_gives_up_below_an_unreachable_target() -> None:
     assert hopeless.gave_up
     assert not hopeless.converged
     assert hopeless.n_iter < free.n_iter
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(2, 40), steps=st.integers(1, 5))
+def test_the_kept_centroid_distances_follow_every_move(seed: int, k: int, steps: int) -> None:
+    """The nearest-other-centroid distances the bounds use come from centroid distances kept
+    between calls, recomputed only for the centroids that moved: after calls that move a few
+    centroids (or many, or none) they equal the distances computed afresh."""
+    rng = np.random.default_rng(seed)
+    data = Data(_blobs(seed, 300, 5, 4))
+    bounded = BoundedAssignment(data)
+    C = data.X[torch.as_tensor(rng.choice(300, size=k, replace=False))].clone()
+    bounded(C)
+    for _ in range(steps):
+        C = C.clone()
+        some = torch.as_tensor(rng.random(k) < rng.choice([0.0, 0.1, 0.2, 0.9]))
+        C[some] += torch.as_tensor(rng.normal(size=(int(some.sum()), 5)))
+        bounded(C)
+        assert bounded._CC is not None
+        want = torch.cdist(C.double(), C.double()).fill_diagonal_(float("inf"))
+        torch.testing.assert_close(bounded._CC, want, rtol=1e-12, atol=1e-12)
