@@ -76,6 +76,19 @@ def _group_lows(scores, a, members, starts, lows):
         lows[g] = low
 
 
+@njit(cache=True, nogil=True)
+def _centroid_norms(C):
+    """``||c_j||^2`` (k,) in float64, each summed in feature order, and ``max_j ||c_j||``."""
+    k, d = C.shape
+    csq = np.zeros(k)
+    cmax = 0.0
+    for j in range(k):
+        for q in range(d):
+            csq[j] += np.float64(C[j, q]) * np.float64(C[j, q])
+        cmax = max(cmax, csq[j])
+    return csq, math.sqrt(cmax)
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def bounded_wide(X, C, old, new, upper, lower, xs, delta, group_of, t, unit, first, nb):
     """One hard pass of the rows of ``X`` (n, d) against ``C`` (k, d) (module docstring) into
@@ -87,13 +100,7 @@ def bounded_wide(X, C, old, new, upper, lower, xs, delta, group_of, t, unit, fir
     n, d = X.shape
     k = C.shape[0]
     CT = np.ascontiguousarray(C.T)  # (d, k) in X's dtype, for the products
-    csq = np.zeros(k)
-    cmax = 0.0
-    for j in range(k):
-        for q in range(d):
-            csq[j] += np.float64(C[j, q]) * np.float64(C[j, q])
-        cmax = max(cmax, csq[j])
-    cmax = math.sqrt(cmax)
+    csq, cmax = _centroid_norms(C)
     kappa = (2.0 * d + 4.0) * unit  # E_i = kappa ||x_i|| max_j ||c_j||
     shift = np.zeros(t)  # the most any centroid of each group moved
     for j in range(k):
@@ -171,20 +178,14 @@ def fold_moved(X, C, moved, group_of, lower, xs, unit, nb):
     m = moved.shape[0]
     if m == 0:
         return
-    cmax = 0.0
-    for j in range(C.shape[0]):
-        c2 = 0.0
-        for q in range(d):
-            c2 += np.float64(C[j, q]) * np.float64(C[j, q])
-        cmax = max(cmax, c2)
-    cmax = math.sqrt(cmax)
+    c_sq, cmax = _centroid_norms(C)
     kappa = (2.0 * d + 4.0) * unit
     CmT = np.empty((d, m), dtype=X.dtype)
-    csq = np.zeros(m)
+    csq = np.empty(m)
     for r in range(m):
+        csq[r] = c_sq[moved[r]]
         for q in range(d):
             CmT[q, r] = C[moved[r], q]
-            csq[r] += np.float64(C[moved[r], q]) * np.float64(C[moved[r], q])
     block = (n + nb - 1) // nb
     for b in prange(nb):
         lo = b * block
