@@ -204,16 +204,13 @@ def _labelled_J(X, C, w, labels, nb, spherical):
     block = (n + nb - 1) // nb
     part = np.zeros((nb, 1))
     V = np.empty((nb, d))
-    U = np.empty((nb, d))
     for b in prange(nb):
         total = 0.0
         for i in range(b * block, min(n, (b + 1) * block)):
-            if spherical:
-                a = labels[i]
+            if spherical:  # the row in float64, the centroid's entries widened as they are read
                 for t in range(d):
                     V[b, t] = np.float64(X[i, t])
-                    U[b, t] = np.float64(C[a, t])
-                r = 1.0 - dot_chains(V[b], U[b], d)
+                r = 1.0 - dot_chains(V[b], C[labels[i]], d)
             else:
                 r = sq_dist(X, i, C, labels[i], V[b])
             total += r * (np.float64(w[i]) if w.shape[0] else 1.0)
