@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
 from torch.nn import functional as F
 
@@ -23,7 +24,7 @@ from rbfkmeans.annealing import anneal
 from rbfkmeans.assignments import get_assignment
 from rbfkmeans.cli import main
 from rbfkmeans.lloyd import lloyd, mean_update
-from rbfkmeans.metrics import METRICS, normalize_rows, project_rows
+from rbfkmeans.metrics import METRICS, UNIT_TOLERANCE, normalize_rows, project_rows, unit_rows
 from rbfkmeans.passes import Data, cluster_stats
 from rbfkmeans.schedules import (
     MIN_MEAN_NORM,
@@ -31,6 +32,7 @@ from rbfkmeans.schedules import (
     geometric_schedule,
     sphere_eigmax,
 )
+from rbfkmeans.sparse import SparseRows
 from rbfkmeans.spread import sphere_spread
 from rbfkmeans.streaming import macqueen_updates
 
@@ -252,6 +254,60 @@ def test_data_keeps_the_caller_array() -> None:
     torch.testing.assert_close(data.X.norm(dim=1), torch.ones(X.shape[0], dtype=X.dtype))
     with pytest.raises(ValueError, match=r"^metric must be one of"):
         Data(X, metric="cos")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("d", [1, 3, 64, 784, 30000])
+def test_unit_rows_reads_normalised_rows_as_they_are(dtype: torch.dtype, d: int) -> None:
+    """``normalize_rows``'s output is unit rows to ``UNIT_TOLERANCE`` (so ``unit_rows`` returns
+    it, the same storage, and normalising twice reads the same rows as once); rows a little
+    further off, or rows that carry a gradient, are normalised (a new tensor)."""
+    gen = torch.Generator().manual_seed(d)
+    X = torch.randn(2000 if d < 10000 else 50, d, generator=gen, dtype=dtype)
+    X[::7] *= 1e3
+    Xn = normalize_rows(X)
+    assert unit_rows(Xn).data_ptr() == Xn.data_ptr()
+    assert unit_rows(X).data_ptr() != X.data_ptr()
+    assert torch.equal(unit_rows(X), Xn)
+    eps = torch.finfo(dtype).eps
+    off = Xn.clone()
+    off[3] *= 1.0 + 2 * UNIT_TOLERANCE * eps  # ||x||^2 about 1 + 4 UNIT_TOLERANCE eps
+    assert unit_rows(off).data_ptr() != off.data_ptr()
+    torch.testing.assert_close(unit_rows(off), normalize_rows(off), rtol=0.0, atol=0.0)
+    Xg = Xn.clone().requires_grad_(True)
+    out = unit_rows(Xg)
+    assert out is not Xg
+    v = torch.randn(Xn.shape, generator=gen, dtype=dtype)
+    (g,) = torch.autograd.grad((out * v).sum(), Xg)
+    (ref,) = torch.autograd.grad((normalize_rows(Xg) * v).sum(), Xg)
+    assert torch.equal(g, ref)
+
+
+def test_a_cosine_fit_of_unit_rows_is_the_fit_of_their_rows_bit_for_bit() -> None:
+    """Rows and ``normalize_rows`` of them give the same fit, bit for bit, dense or CSR; the
+    pass context of unit rows holds the caller's rows (no copy) and never writes them."""
+    X = directions(seed=9, k=4, spread=0.5).astype(np.float32) * 3.0
+    Xn = normalize_rows(torch.from_numpy(X)).numpy()
+    before = Xn.copy()
+    a = rk.RBFKMeans(4, metric="cosine", random_state=0).fit(X)
+    b = rk.RBFKMeans(4, metric="cosine", random_state=0).fit(Xn)
+    assert np.array_equal(a.cluster_centers_, b.cluster_centers_)
+    assert np.array_equal(a.labels_, b.labels_)
+    assert a.inertia_ == b.inertia_
+    assert np.array_equal(Xn, before)
+    Xt = torch.from_numpy(Xn)
+    assert Data(Xt, metric="cosine").X.data_ptr() == Xt.data_ptr()
+    Xs = sp.csr_matrix(np.where(np.abs(Xn) > 0.1, Xn, 0.0))  # sparse rows, unit after this
+    Xs = sp.csr_matrix(normalize_rows(torch.from_numpy(Xs.toarray())).numpy())
+    rows = SparseRows.from_scipy(Xs, torch.float32, torch.device("cpu"))
+    assert rows.unit_rows() is rows  # the stored entries as they are
+    scaled = SparseRows.from_scipy(Xs * 1.001, torch.float32, torch.device("cpu")).unit_rows()
+    torch.testing.assert_close(scaled.val, rows.val)
+    c = rk.RBFKMeans(4, metric="cosine", random_state=0).fit(Xs)
+    dense = rk.RBFKMeans(4, metric="cosine", random_state=0).fit(Xs.toarray())
+    assert np.array_equal(c.labels_, dense.labels_)
+    np.testing.assert_allclose(c.cluster_centers_, dense.cluster_centers_, rtol=1e-5,
+                               atol=1e-6)
 
 
 def test_hard_fit_equals_reference_spherical_lloyd() -> None:

@@ -107,7 +107,8 @@ class RBFKMeans(
         objective ``sum_i w_i (1 - max_j cos(x_i, c_j))``, ``transform`` the cosine distances
         ``1 - cos``, and ``T_c = factor * lambda_max(P Sigma P) / ||mu||`` of the normalised rows
         (:mod:`rbfkmeans.schedules`). Every row of ``X`` needs a non-zero norm; the fit keeps a
-        normalised copy of ``X``. ``init="mean"`` is the mean direction; a callable ``init``
+        normalised copy of ``X``, unless its rows are unit rows already (to rounding: as
+        embedding models return them), which it reads as they are. ``init="mean"`` is the mean direction; a callable ``init``
         receives the normalised rows.
     init : {"auto", "mean", "k-means++", "random"}, array (k, d) or callable, default "auto"
         Start of the fit. ``"auto"`` is ``"mean"`` (annealing from the data mean, where every

@@ -78,10 +78,17 @@ class Frame:
     def choose(cls, X: Tensor, sample_weight: Tensor | None = None, *,
                chunk_size: int | None = None, comm: Comm | None = None,
                name: str = "X") -> Frame:
-        """The frame of the data ``X`` (n, d) with weights ``sample_weight`` (n,): two chunked
-        float64 passes (the weighted mean, then the largest deviations and the weighted
-        trace of the covariance), summed over ``comm``'s ranks. Raises ``ValueError`` naming
-        ``name`` when the data's squared deviations overflow float64."""
+        """The frame of the data ``X`` (n, d) with weights ``sample_weight`` (n,), summed over
+        ``comm``'s ranks. Raises ``ValueError`` naming ``name`` when the data's squared
+        deviations overflow float64.
+
+        One chunked pass gathers the weighted sums of ``x`` and of ``||x||^2`` (float64) and the
+        largest ``|x|``. Where that settles the frame, it is the frame: the largest ``|x|``
+        within ``2^+-MAX_EXPONENT`` (no rescaling) and ``||mu||^2`` clearly below the trace
+        ``E||x||^2 - ||mu||^2`` (no shift: ``2 ||mu||^2 <= (1 - 2^-10) E||x||^2``, where the
+        trace is at least half of ``E||x||^2`` and loses at most a bit to cancellation).
+        Otherwise a second pass sums ``||x - mu||^2`` and finds the largest ``|x - mu|``
+        directly."""
         if is_sparse(X):
             return cls._choose_sparse(X, sample_weight, name)
         n, d = X.shape
@@ -89,44 +96,55 @@ class Frame:
         rows = chunk_rows(n, d, chunk_size)
         tot = torch.zeros(1, dtype=torch.float64, device=dev)
         s1 = torch.zeros(d, dtype=torch.float64, device=dev)
+        s2 = torch.zeros(1, dtype=torch.float64, device=dev)  # sum_i w_i ||x_i||^2
+        top = torch.zeros(1, dtype=torch.float64, device=dev)  # max |x|
         for s in iter_chunks(n, rows):
+            sq = torch.linalg.vector_norm(X[s], dim=1).double().square_()  # (b,)
             if sample_weight is None:  # chunk sums in the data's precision: the shift need
                 tot += s.stop - s.start  # only be near the mean (float64 where they overflow)
                 part = X[s].sum(dim=0).double()
                 s1 += part if bool(torch.isfinite(part).all()) else X[s].double().sum(dim=0)
+                s2 += sq.sum()
             else:
                 wc = sample_weight[s].double()
                 tot += wc.sum()
                 s1 += wc @ X[s].double()
+                s2 += sq @ wc
+            if s.stop > s.start:
+                lo, hi = torch.aminmax(X[s])
+                top = torch.maximum(top, torch.maximum(-lo, hi).double())
         if comm is not None:
-            comm.sum_(tot, s1)
+            comm.sum_(tot, s1, s2)
+            top = comm.all_gather(top.unsqueeze(0)).amax()
         if not float(tot) > 0:
             return cls()
         mu = s1 / tot  # (d,)
-        # per chunk: sum_i w_i ||x_i - mu||^2, max |x - mu|, max |x|
+        magnitude, moment, offset = float(top), float(s2 / tot), float(mu @ mu)
+        if (2.0**-MAX_EXPONENT <= magnitude <= 2.0**MAX_EXPONENT and math.isfinite(moment)
+                and 2.0 * offset <= (1.0 - 2.0**-10) * moment):  # settled by the first pass
+            return cls(None, 0, moment - offset)
+        # per chunk: sum_i w_i ||x_i - mu||^2 and max |x - mu|
         acc = torch.zeros(1, dtype=torch.float64, device=dev)
-        big = torch.zeros(2, dtype=torch.float64, device=dev)
+        far = torch.zeros(1, dtype=torch.float64, device=dev)
         mu_x = mu.to(X.dtype)  # the deviations in the data's precision, summed in float64
-        squares_fit = torch.finfo(X.dtype).max / 16 if X.dtype.is_floating_point else math.inf
+        info = torch.finfo(X.dtype)  # squares within the precision's range, else in float64
+        squares_fit, squares_exact = info.max / 16, info.tiny / info.eps
         for s in iter_chunks(n, rows):
             Xc = X[s] - mu_x  # (b, d)
             if not Xc.numel():
                 continue
             lo_c, hi_c = torch.aminmax(Xc)
-            lo, hi = torch.aminmax(X[s])
-            m = float(torch.maximum(-lo_c, hi_c))
-            if m * m * d < squares_fit:  # (b,) in the chunk's own temporary
+            m = torch.maximum(-lo_c, hi_c).double()
+            if squares_exact <= float(m) * float(m) <= squares_fit / d:  # squared in Xc itself
                 sq = Xc.square_().sum(dim=1).double()
-            else:  # the squares would overflow the data's precision
+            else:  # the squares would overflow or underflow the data's precision
                 sq = (X[s].double() - mu).square_().sum(dim=1)
             acc += sq.sum() if sample_weight is None else sq @ sample_weight[s].double()
-            big = torch.maximum(big, torch.stack([torch.maximum(-lo_c, hi_c).double(),
-                                                  torch.maximum(-lo, hi).double()]))
+            far = torch.maximum(far, m)
         if comm is not None:
             comm.sum_(acc)
-            big = comm.all_gather(big.unsqueeze(0)).amax(dim=0)
-        trace = float(acc / tot)
-        spread, magnitude = (float(v) for v in big)
+            far = comm.all_gather(far.unsqueeze(0)).amax()
+        trace, spread = float(acc / tot), float(far)
         if not math.isfinite(trace) or not math.isfinite(float(tot) * 4.0 * d * spread * spread):
             raise ValueError(
                 f"{name} spreads too far for float64: its squared deviations from the mean "

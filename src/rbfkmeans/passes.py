@@ -43,7 +43,7 @@ from ._validation import check_finite, check_matrix, check_positive_int, check_t
 from .assignments import Assignment, get_assignment
 from .comm import Comm
 from .distances import chunk_rows, cross_term, iter_chunks, row_min, row_norms_sq
-from .metrics import Metric, get_metric
+from .metrics import Metric, get_metric, unit_rows
 from .sparse import SparseRows
 
 __all__ = ["Data", "Nearest", "Stats", "check_data", "cluster_stats", "nearest", "nearest_labels"]
@@ -68,7 +68,8 @@ class Data:
         Check ``X`` for NaN/inf (one reduction); off where the caller has checked already.
     metric : {"sqeuclidean", "cosine"}, default "sqeuclidean"
         The geometry (:mod:`rbfkmeans.metrics`). With ``"cosine"`` the pass context holds the
-        rows of ``X`` normalised (a new tensor; a zero row raises), :meth:`project` maps updated
+        rows of ``X`` normalised (:func:`rbfkmeans.metrics.unit_rows`: ``X`` itself where its
+        rows are unit already, else a new tensor; a zero row raises), :meth:`project` maps updated
         centroids back onto the unit sphere, and the objectives of :func:`cluster_stats` are the
         spherical ones (half the Euclidean ``J`` and ``F_T`` of the normalised rows).
     """
@@ -111,8 +112,8 @@ class Data:
         if isinstance(X, SparseRows):
             if self.metric.spherical:  # the unit rows, as stored entries
                 X = X.unit_rows("X")
-        else:
-            X = self.metric.prepare(X, "X")
+        elif self.metric.spherical:  # only read: rows normalised already are not copied
+            X = unit_rows(X, "X")
         self.X: Any = X.contiguous()  # row-major: every pass reads rows (or sparse rows)
         self.w = sample_weight
         self.chunk_size = chunk_size

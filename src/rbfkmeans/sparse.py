@@ -35,7 +35,7 @@ import scipy.sparse as sp
 import torch
 from torch import Tensor
 
-from .metrics import _zero_row_error
+from .metrics import UNIT_TOLERANCE, _zero_row_error
 
 __all__ = ["SparseRows", "dense", "is_sparse"]
 
@@ -278,8 +278,16 @@ class SparseRows:
 
     def unit_rows(self, name: str = "X") -> SparseRows:
         """Every row divided by its norm (``y / ||y||`` with ``y = x / max_l |x_l|``, so no
-        norm underflows or overflows); a zero row raises ``ValueError`` naming ``name``."""
+        norm underflows or overflows); a zero row raises ``ValueError`` naming ``name``. These
+        rows themselves when they are unit rows already (every ``||x||^2`` within
+        ``UNIT_TOLERANCE`` eps of 1, as :func:`rbfkmeans.metrics.unit_rows` decides for dense
+        rows, so that both read the same values)."""
         rows = self.entry_rows()
+        if self.val.numel() and not self.val.requires_grad:
+            sq = torch.zeros(self.shape[0], dtype=torch.float64, device=self.device)
+            sq.index_add_(0, rows, self.val.square().double())
+            if bool(((sq - 1.0).abs_() <= UNIT_TOLERANCE * torch.finfo(self.dtype).eps).all()):
+                return self
         scale = torch.zeros(self.shape[0], dtype=self.dtype, device=self.device)
         scale.scatter_reduce_(0, rows, self.val.abs(), reduce="amax")
         if bool((scale == 0).any()):
