@@ -16,8 +16,8 @@ k-means (``BKMeans``, where it finishes within
 ``--bkmeans-limit`` seconds on the first workload it is tried on), and ``RBFKMeans`` at its
 default and at the documented faster setting ``RBFKMeans(faster)``: ``assignment="hard",
 fit_rows=256 k, max_iter=25``, faiss's recipe (25 Lloyd iterations on a random 256 rows per
-centroid, then every row labelled once) from a greedy k-means++ start drawn from 16 of those rows
-per centroid. ``--cosine`` adds the same on L2-normalised
+centroid, then one Lloyd iteration on every row and every row labelled) from a greedy k-means++
+start drawn from 16 of those rows per centroid. ``--cosine`` adds the same on L2-normalised
 rows (peers fitted on the normalised rows, every method scored by the spherical objective
 ``sum_i (1 - max_j cos)``). Every method first runs once, untimed, on a slice of the
 workload (:func:`warm`: numba's kernels compiled or loaded, thread pools started).
@@ -186,7 +186,8 @@ def methods(k: int, seed: int, cosine: bool) -> dict[str, Callable[[np.ndarray],
 
 def faster_setting(k: int) -> dict[str, Any]:
     """The documented faster setting: faiss's recipe (25 Lloyd iterations on a random 256 rows
-    per centroid, every row labelled once) from a greedy k-means++ start."""
+    per centroid, then one Lloyd iteration on every row and every row labelled) from a greedy
+    k-means++ start."""
     return {"assignment": "hard", "fit_rows": 256 * k, "max_iter": 25}
 
 

@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 
 from rbfkmeans import kernels
 from rbfkmeans.bounds import MOVERS, MOVERS_MIN_K, BoundedAssignment
-from rbfkmeans.lloyd import BOUNDS_MIN_ENTRIES, BOUNDS_OVER_KERNEL, _lloyd_update, lloyd
+from rbfkmeans.lloyd import (
+    BOUNDS_MIN_ENTRIES,
+    BOUNDS_OVER_KERNEL,
+    _lloyd_update,
+    bounds_pay,
+    lloyd,
+)
 from rbfkmeans.passes import Data, cluster_stats, nearest
 
 
@@ -237,11 +243,13 @@ def test_default_uses_bounds_on_large_problems_only(monkeypatch: pytest.MonkeyPa
     small = Data(_blobs(0, 200, 2, 3))
     lloyd(small, small.X[:3].clone())
     assert not calls
+    assert not bounds_pay(small, 3)
     k = 64
     n = BOUNDS_MIN_ENTRIES // k
     big = Data(_blobs(0, n, 2, 3))
     lloyd(big, big.X[:k].clone(), max_iter=2)
     assert calls == [k, k, k]  # two iterations, then the labels at the last centroids
+    assert bounds_pay(big, k)
     # a progress callback needs the objective of every pass: the full passes run
     calls.clear()
     lloyd(big, big.X[:k].clone(), max_iter=2, callback=lambda it, C, s: None)
@@ -251,6 +259,7 @@ def test_default_uses_bounds_on_large_problems_only(monkeypatch: pytest.MonkeyPa
     monkeypatch.delenv("RBFKMEANS_KERNELS")
     lloyd(big, big.X[:k].clone(), max_iter=2)
     assert calls == ([] if kernels.usable(big.X, k) else [k, k, k])
+    assert bounds_pay(big, k) == (calls != [])
     assert kernels.usable(big.X, k) == kernels.enabled()
 
 
@@ -268,6 +277,7 @@ def test_wide_data_with_many_centroids_per_feature_takes_the_bounded_passes(
     C0 = X[:k].clone()
     res = lloyd(data, C0, max_iter=6, tol=0.0)
     assert calls == [k] * (res.n_iter + 1)
+    assert bounds_pay(data, k)
     assert res.n_iter >= 2
     ref = lloyd(data, C0, max_iter=6, tol=0.0, bounds=False)
     assert torch.equal(res.labels, ref.labels)
@@ -276,6 +286,7 @@ def test_wide_data_with_many_centroids_per_feature_takes_the_bounded_passes(
     few = k // 2  # below the rule: the compiled run where kernels are enabled
     lloyd(data, X[:few].clone(), max_iter=3, tol=0.0)
     assert (calls == []) == kernels.usable(X, few, scores=True)
+    assert bounds_pay(data, few) == (calls != [])
 
 
 def test_rejects_cosine_data() -> None:

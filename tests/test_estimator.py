@@ -791,23 +791,62 @@ def test_start_functions_reject_bad_input() -> None:
     assert not starts.abbreviated(fitted, 60, 2)
 
 
-def test_fit_rows_fits_on_a_sample_and_labels_every_row() -> None:
-    """``fit_rows``: the centroids are a Lloyd fixed point of a random sample of that many rows
-    (one more Lloyd step on the sample changes none of them), every row gets its nearest
-    centroid, and ``inertia_`` is ``J`` of all rows; without it, of all rows."""
+def test_fit_rows_fits_on_a_sample_and_labels_every_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fit_rows``: the centroids fitted on a random sample of that many rows take one Lloyd
+    iteration on every row (each the mean of the rows nearest it, which lowers ``J`` of all
+    rows), every row gets its nearest centroid, and ``inertia_`` is ``J`` of all rows."""
+    sample_fits: list[np.ndarray] = []
+    step = runs_mod._step_on_every_row
+    monkeypatch.setattr(runs_mod, "_step_on_every_row",
+                        lambda every, C: sample_fits.append(C.double().numpy()) or step(every, C))
     X, _ = make_blobs(n_samples=3000, centers=6, cluster_std=1.5, random_state=3)
     est = RBFKMeans(6, fit_rows=600, random_state=0).fit(X)
     C = est.cluster_centers_
     d2 = ((X[:, None, :] - C[None]) ** 2).sum(-1)
     np.testing.assert_array_equal(est.labels_, d2.argmin(1))
     assert est.inertia_ == pytest.approx(d2.min(1).sum(), rel=1e-10)
+    (C_sample,) = sample_fits  # the sample's fit, then the means of every row's cluster
+    d2_sample = ((X[:, None, :] - C_sample[None]) ** 2).sum(-1)
+    nearest = d2_sample.argmin(1)
+    means = np.stack([X[nearest == j].mean(0) for j in range(6)])
+    np.testing.assert_allclose(C, means, rtol=1e-12, atol=1e-12)
+    assert est.inertia_ < d2_sample.min(1).sum()  # the step lowered J of all rows
     full = RBFKMeans(6, random_state=0).fit(X)
-    assert est.inertia_ >= full.inertia_ * (1 - 1e-12)  # a sample's fixed point: no better
+    assert est.inertia_ >= full.inertia_ * (1 - 1e-12)  # from a sample's fixed point: no better
     assert est.inertia_ <= full.inertia_ * 1.02
-    # not a fixed point of all rows in general, but of the sample it was fitted on
-    means = np.stack([X[est.labels_ == j].mean(0) for j in range(6)])
-    assert not np.allclose(C, means, rtol=1e-10, atol=1e-10)
     assert RBFKMeans(6, fit_rows=10_000, random_state=0).fit(X).inertia_ == full.inertia_
+    assert len(sample_fits) == 1  # no sample, no step
+
+
+@pytest.mark.parametrize("metric", ["sqeuclidean", "cosine"])
+@pytest.mark.parametrize("bounded", [False, True])
+def test_the_step_on_every_row_is_one_lloyd_iteration(monkeypatch: pytest.MonkeyPatch,
+                                                      metric: str, bounded: bool) -> None:
+    """After a sample's fit, each centroid becomes the (weighted) mean of the rows nearest it
+    (on cosine data their mean direction), and the labels and ``J`` are those at the new
+    centroids, by the bounded Lloyd run or by two plain passes: ``J`` of all rows does not
+    rise."""
+    from rbfkmeans.passes import Data
+
+    monkeypatch.setattr(runs_mod, "bounds_pay", lambda data, k: bounded)
+    X, _ = make_blobs(n_samples=2000, centers=5, n_features=4, cluster_std=2.0, random_state=4)
+    X = X + 3.0
+    w = np.random.default_rng(0).uniform(0.5, 2.0, size=len(X))
+    data = Data(torch.from_numpy(X), torch.from_numpy(w), metric=metric)
+    Xr = data.X.numpy()  # unit rows on cosine data
+    C0 = Xr[[0, 500, 1000, 1500, 1999]].copy()
+    C, labels, inertia = runs_mod._step_on_every_row(data, torch.from_numpy(C0))
+    nearest = ((Xr[:, None] - C0[None]) ** 2).sum(-1).argmin(1)
+    means = np.stack([(w[nearest == j, None] * Xr[nearest == j]).sum(0) / w[nearest == j].sum()
+                      for j in range(5)])
+    if metric == "cosine":
+        means /= np.linalg.norm(means, axis=1, keepdims=True)
+    np.testing.assert_allclose(C.numpy(), means, rtol=1e-10, atol=1e-10)
+    d2 = ((Xr[:, None] - means[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(labels.numpy(), d2.argmin(1))
+    scale = 0.5 if metric == "cosine" else 1.0  # the spherical objective: half of J
+    assert inertia == pytest.approx(scale * (w @ d2.min(1)), rel=1e-10)
+    assert inertia < scale * (w @ ((Xr[:, None] - C0[None]) ** 2).sum(-1).min(1))
 
 
 def test_fit_rows_draws_k_means_plus_plus_starts_from_a_smaller_sample(

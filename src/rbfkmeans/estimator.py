@@ -108,8 +108,8 @@ class RBFKMeans(
         ``1 - cos``, and ``T_c = factor * lambda_max(P Sigma P) / ||mu||`` of the normalised rows
         (:mod:`rbfkmeans.schedules`). Every row of ``X`` needs a non-zero norm; the fit keeps a
         normalised copy of ``X``, unless its rows are unit rows already (to rounding: as
-        embedding models return them), which it reads as they are. ``init="mean"`` is the mean direction; a callable ``init``
-        receives the normalised rows.
+        embedding models return them), which it reads as they are. ``init="mean"`` is the
+        mean direction; a callable ``init`` receives the normalised rows.
     init : {"auto", "mean", "k-means++", "random"}, array (k, d) or callable, default "auto"
         Start of the fit. ``"auto"`` is ``"mean"`` (annealing from the data mean, where every
         centroid sits above ``T_c``) for soft assignments and ``"k-means++"`` for ``"hard"``.
@@ -155,12 +155,13 @@ class RBFKMeans(
         rows until their labels settle (``None``: all rows throughout).
     fit_rows : int or None, default None
         Fit the centroids (annealing, polish, swap search) on a random sample of at most this
-        many rows, then label every row with one pass (``inertia_`` is then ``J`` of all the
-        rows at those centroids, which are a fixed point of the sample, not of the data), as
-        faiss and mini-batch k-means trade quality for time. A k-means++ start is then drawn
-        from ``16 k`` of the sample's rows, and repeated rows are not folded first. ``256 k``
-        is faiss's default sample; ``None``: every row, and the result is a Lloyd fixed point
-        of the data. The documented faster setting for embeddings is faiss's recipe from
+        many rows, then take one Lloyd iteration on every row (each centroid becomes the mean
+        of the rows nearest it, which lowers ``J`` of all rows) and label every row at those
+        centroids (``inertia_`` is ``J`` of all the rows; the centroids are not a fixed point
+        of the data), as faiss and mini-batch k-means trade quality for time. A k-means++
+        start is then drawn from ``16 k`` of the sample's rows, and repeated rows are not
+        folded first. ``256 k`` is faiss's default sample; ``None``: every row, and the result
+        is a Lloyd fixed point of the data. The documented faster setting for embeddings is faiss's recipe from
         k-means++ starts, ``RBFKMeans(k, assignment="hard", fit_rows=256 * k, max_iter=25)``
         (docs/estimator.md, "Clustering embeddings").
     T_start : float, optional

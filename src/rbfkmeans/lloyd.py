@@ -32,7 +32,8 @@ from .bounds import BoundedAssignment
 from .passes import Data, Stats, check_data, cluster_stats, nearest
 from .sparse import dense
 
-__all__ = ["STALL", "LloydResult", "farthest_points", "lloyd", "mean_update", "relocate_empty"]
+__all__ = ["STALL", "LloydResult", "bounds_pay", "farthest_points", "lloyd", "mean_update",
+           "relocate_empty"]
 
 #: :func:`lloyd` bounds its passes (``bounds=None``) from this many point-centroid pairs on
 BOUNDS_MIN_ENTRIES = 1 << 20
@@ -168,6 +169,24 @@ def _lloyd_update(data: Data, C: Tensor, st: Stats) -> tuple[Tensor, int]:
     return data.project(C_new, C), m  # cosine: the spherical update m_j / ||m_j||
 
 
+def _compiled_metric(data: Data) -> bool:
+    """Whether the compiled runs take ``data``'s metric: squared-Euclidean data, and cosine
+    data in one process (their update ``S_j / ||S_j||``)."""
+    return data.metric.name == "sqeuclidean" or (data.metric.spherical and not data.comm.active)
+
+
+def bounds_pay(data: Data, k: int) -> bool:
+    """Whether :func:`lloyd` bounds its passes with ``bounds=None`` for ``k`` centroids (its
+    docstring): from ``n k >= BOUNDS_MIN_ENTRIES`` on, where the compiled runs do not take the
+    data or it is wide with ``k >= BOUNDS_OVER_KERNEL d``. Every rank decides alike."""
+    check_data(data)
+    k = check_positive_int(k, "k")
+    n_total = sum(data.comm.counts(data.n)) if data.comm.active else data.n
+    return (n_total * k >= BOUNDS_MIN_ENTRIES
+            and (not _compiled_metric(data) or not kernels.usable(data.X, k, scores=True)
+                 or (data.d > kernels.MAX_DIM and k >= BOUNDS_OVER_KERNEL * data.d)))
+
+
 @torch.no_grad()
 def lloyd(
     data: Data,
@@ -248,15 +267,9 @@ def lloyd(
     labels_old: Tensor | None = None
     converged = False
     bounded = None
-    # the compiled runs take squared-Euclidean data, and cosine data in one process (their
-    # update S_j / ||S_j||)
-    compiled_metric = data.metric.name == "sqeuclidean" or (spherical and not comm.active)
-    if bounds is None:  # every rank decides alike (the two passes reduce different tensors)
-        n_total = sum(comm.counts(data.n)) if comm.active else data.n
-        k, d = C.shape
-        bounds = (n_total * k >= BOUNDS_MIN_ENTRIES
-                  and (not compiled_metric or not kernels.usable(data.X, k, scores=True)
-                       or (d > kernels.MAX_DIM and k >= BOUNDS_OVER_KERNEL * d)))
+    compiled_metric = _compiled_metric(data)
+    if bounds is None:
+        bounds = bounds_pay(data, C.shape[0])
     if bounds and callback is None:
         bounded = BoundedAssignment(_euclidean(data) if spherical else data)
         if warm is not None and warm[0].bounded is not None:

@@ -23,7 +23,8 @@ A run from a seed ``s`` is
 On more than ``2 max(SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER k)`` rows the event-driven run
 polishes and searches on a random subsample of that size, then polishes once more on all rows
 (Lloyd, then, if it settled, Hartigan's moves worth at least ``HARTIGAN_MIN_GAIN`` of ``J``
-and Lloyd).
+and Lloyd). With the estimator's ``fit_rows`` the run fits on a random sample of that many rows
+and then takes one Lloyd iteration on every row, labelling every row at the means it reaches.
 :func:`run_schedules` gives the ladder of each run of a fit: a default fit of at most
 ``SMALL_FIT_ENTRIES`` point-centroid pairs runs both ladders, and the estimator keeps the lower
 ``J``; an event-driven fit with ``n_init > 1`` anneals once and makes the other runs ``RESTART``
@@ -45,7 +46,7 @@ from torch import Tensor
 
 from . import subspace
 from .hartigan import hartigan, holds_weight
-from .lloyd import LloydResult, lloyd
+from .lloyd import LloydResult, bounds_pay, lloyd, mean_update
 from .passes import Data, Stats, cluster_stats
 from .seeding import initial_centers
 from .splits import Subsample
@@ -312,16 +313,30 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
             ConvergenceWarning,
             stacklevel=5,
         )
-    labels, inertia = final.labels, final.inertia
-    if data is not every:  # fitted on a sample: every row's label and J, one pass
-        st = cluster_stats(every, final.C, 0.0, "hard", return_labels=True)
-        assert st.labels is not None
-        labels, inertia = st.labels, st.inertia
+    C, labels, inertia = final.C, final.labels, final.inertia
+    if data is not every:  # fitted on a sample: one Lloyd iteration on every row
+        C, labels, inertia = _step_on_every_row(every, C)
+        n_hard_iter += 1
     return {
-        "C": final.C, "labels": labels, "inertia": inertia,
+        "C": C, "labels": labels, "inertia": inertia,
         "n_iter": n_soft_iter + n_hard_iter, "n_swaps": n_swaps, "temperatures": ladder,
         "history": history,
     }
+
+
+def _step_on_every_row(every: Data, C: Tensor) -> tuple[Tensor, Tensor, float]:
+    """One Lloyd iteration on every row from the centroids ``C`` fitted on a sample: each
+    becomes the mean of the rows nearest it (``J`` of all rows never rises), and the labels and
+    ``J`` at those means. Lloyd's bounded passes where they pay (the second pass then scores
+    only the rows in doubt), else two plain passes (for a single iteration the compiled run's
+    set-up costs more than it saves: on MNIST with k = 10, 0.090 s against 0.064 s)."""
+    if bounds_pay(every, C.shape[0]):
+        step = lloyd(every, C, max_iter=1, tol=0.0)
+        return step.C, step.labels, step.inertia
+    C = mean_update(every, C, cluster_stats(every, C, 0.0, "hard"))[0]
+    st = cluster_stats(every, C, 0.0, "hard", return_labels=True)
+    assert st.labels is not None
+    return C, st.labels, st.inertia
 
 
 def _progress(show: bool, total: int | None, desc: str) -> Any:
