@@ -161,9 +161,9 @@ class RBFKMeans(
         of the data), as faiss and mini-batch k-means trade quality for time. A k-means++
         start is then drawn from ``16 k`` of the sample's rows, and repeated rows are not
         folded first. ``256 k`` is faiss's default sample; ``None``: every row, and the result
-        is a Lloyd fixed point of the data. The documented faster setting for embeddings is faiss's recipe from
-        k-means++ starts, ``RBFKMeans(k, assignment="hard", fit_rows=256 * k, max_iter=25)``
-        (docs/estimator.md, "Clustering embeddings").
+        is a Lloyd fixed point of the data. The documented faster setting for embeddings is
+        faiss's recipe from k-means++ starts, ``RBFKMeans(k, assignment="hard",
+        fit_rows=256 * k, max_iter=25)`` (docs/estimator.md, "Clustering embeddings").
     T_start : float, optional
         First temperature; default ``1.2 T_c`` (geometric) or ``0.8 T_c`` (splits), with ``T_c``
         the first critical temperature (``lambda_max(Cov X)`` for softmax,
