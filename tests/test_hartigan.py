@@ -451,3 +451,35 @@ def test_a_lloyd_start_leaves_the_first_pass_only_the_rows_in_doubt(
         hartigan(data, res.labels, k, max_passes=1)
     assert scored[1] == data.n
     assert scored[0] < data.n // 20
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_the_row_test_in_chunks_is_the_row_test_over_all_rows(
+        monkeypatch: pytest.MonkeyPatch, weighted: bool) -> None:
+    """``_Bounds.active`` decides ``ACTIVE_ROWS`` rows at a time (its temporaries stay small on
+    millions of rows): in chunks of 7 rows it picks the rows that one chunk over all picks, in
+    order, and the polish takes the same steps."""
+    import rbfkmeans.hartigan as H
+
+    monkeypatch.setenv("RBFKMEANS_KERNELS", "0")  # the torch scoring, which the bounds serve
+    rng = np.random.default_rng(3)
+    n, k = 500, 6
+    X = rng.normal(size=(n, 4)) + rng.integers(0, 4, size=(n, 1)) * 2.0
+    w = torch.from_numpy(rng.uniform(0.2, 3.0, n)) if weighted else None
+    data = Data(torch.from_numpy(X), w)
+    labels = lloyd(data, data.X[:k].clone(), tol=0.0).labels
+    picked: dict[int, list[torch.Tensor]] = {7: [], n + 1: []}
+    results = {}
+    real = H._Bounds.active
+    for rows in picked:
+        monkeypatch.setattr(H, "ACTIVE_ROWS", rows)
+        monkeypatch.setattr(H._Bounds, "active", lambda self, *a, rows=rows: (
+            lambda out: picked[rows].append(out) or out)(real(self, *a)))
+        results[rows] = hartigan(data, labels, k, max_passes=1000)
+    assert len(picked[7]) == len(picked[n + 1]) >= 2
+    for a, b in zip(picked[7], picked[n + 1], strict=True):
+        assert (a is None and b is None) or torch.equal(a, b)
+    small, whole = results[7], results[n + 1]
+    assert torch.equal(small.labels, whole.labels)
+    assert (small.n_passes, small.n_moves) == (whole.n_passes, whole.n_moves)
+    torch.testing.assert_close(small.C, whole.C, rtol=0, atol=0)

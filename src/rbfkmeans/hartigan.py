@@ -81,6 +81,9 @@ REFRESH = 16
 #: distances to their two means: smaller changes are rounding (and would let rows move back and
 #: forth for ever)
 ROUNDING = 1e-12
+#: :meth:`_Bounds.active` decides this many rows at a time (its temporaries, some 50 bytes a
+#: row, then stay a few MB on millions of rows)
+ACTIVE_ROWS = 1 << 16
 
 
 @dataclass
@@ -221,15 +224,20 @@ class _Bounds:
         if self.first:
             self.first = False
             return None
-        Na = N[labels]
-        wi = torch.ones_like(Na) if w is None else w.to(torch.float64)
-        leave = Na / (Na - wi).clamp(min=torch.finfo(torch.float64).tiny)
-        Nb = N[self.near]
         n_min = N.min()
-        join = torch.minimum(Nb / (Nb + wi) * self.lower1.clamp(min=0.0).square(),
-                             n_min / (n_min + wi) * self.lower2.clamp(min=0.0).square())
-        may = (leave * self.upper.square() > join) & (Na > wi)
-        return torch.nonzero(may).flatten()
+        found = []
+        for start in range(0, labels.shape[0], ACTIVE_ROWS):  # temporaries of a chunk only
+            s = slice(start, start + ACTIVE_ROWS)
+            Na = N[labels[s]]
+            wi = torch.ones_like(Na) if w is None else w[s].to(torch.float64)
+            leave = Na / (Na - wi).clamp(min=torch.finfo(torch.float64).tiny)
+            Nb = N[self.near[s]]
+            join = torch.minimum(Nb / (Nb + wi) * self.lower1[s].clamp(min=0.0).square(),
+                                 n_min / (n_min + wi) * self.lower2[s].clamp(min=0.0).square())
+            may = (leave * self.upper[s].square() > join) & (Na > wi)
+            found.append(torch.nonzero(may).flatten() + start)
+        return torch.cat(found) if found else torch.zeros(0, dtype=torch.long,
+                                                          device=labels.device)
 
     def take_up(self, upper: Tensor, lower: Tensor, C_at: Tensor, C: Tensor,
                 labels: Tensor) -> None:
