@@ -128,6 +128,12 @@ def normalize_rows(X: Tensor, name: str = "X") -> Tensor:
     return Y / torch.linalg.vector_norm(Y, dim=-1, keepdim=True)
 
 
+def _all_unit(sq: Tensor, dtype: torch.dtype) -> bool:
+    """Whether every squared norm in ``sq`` lies within ``UNIT_TOLERANCE`` eps of ``dtype`` of
+    1: the rule of :func:`unit_rows`, for dense and sparse rows alike."""
+    return bool(((sq - 1.0).abs_() <= UNIT_TOLERANCE * torch.finfo(dtype).eps).all())
+
+
 def unit_rows(X: Tensor, name: str = "X") -> Tensor:
     """The rows of ``X`` (..., d) on the unit sphere, for data that is only read (the passes):
     ``X`` itself, not a copy, when it carries no gradient and every row's ``||x||^2`` lies
@@ -138,7 +144,7 @@ def unit_rows(X: Tensor, name: str = "X") -> Tensor:
     _check_rows(X, name)
     if X.is_floating_point() and not X.requires_grad and X.numel():
         sq = torch.linalg.vector_norm(X, dim=-1).double().square_()
-        if bool(((sq - 1.0).abs_() <= UNIT_TOLERANCE * torch.finfo(X.dtype).eps).all()):
+        if _all_unit(sq, X.dtype):
             return X
     return normalize_rows(X, name)
 

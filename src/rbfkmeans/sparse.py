@@ -35,7 +35,7 @@ import scipy.sparse as sp
 import torch
 from torch import Tensor
 
-from .metrics import UNIT_TOLERANCE, _zero_row_error
+from .metrics import _all_unit, _zero_row_error
 
 __all__ = ["SparseRows", "dense", "is_sparse"]
 
@@ -286,7 +286,7 @@ class SparseRows:
         if self.val.numel() and not self.val.requires_grad:
             sq = torch.zeros(self.shape[0], dtype=torch.float64, device=self.device)
             sq.index_add_(0, rows, self.val.square().double())
-            if bool(((sq - 1.0).abs_() <= UNIT_TOLERANCE * torch.finfo(self.dtype).eps).all()):
+            if _all_unit(sq, self.dtype):
                 return self
         scale = torch.zeros(self.shape[0], dtype=self.dtype, device=self.device)
         scale.scatter_reduce_(0, rows, self.val.abs(), reduce="amax")
