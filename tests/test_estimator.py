@@ -720,7 +720,8 @@ def test_small_default_fit_keeps_the_better_of_both_ladders(
 
 
 @pytest.mark.parametrize("kwargs", [{"n_init": 1}, {"schedule": "geometric"},
-                                    {"assignment": "hard"}, {"init": "k-means++"}])
+                                    {"assignment": "hard"}, {"init": "k-means++"},
+                                    {"schedule": "k-means++"}])
 def test_small_fit_pairs_ladders_only_by_default(kwargs: dict[str, Any],
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     X, _ = make_blobs(n_samples=120, centers=3, random_state=0)
@@ -932,6 +933,59 @@ def test_n_init_repeats_the_schedule_outside_the_event_driven_fit(
     runs = _spy_runs(monkeypatch)
     RBFKMeans(4, n_init=3, random_state=0, **kwargs).fit(X)
     assert [s for s, _ in runs] == [kwargs.get("schedule", "splits")] * 3
+
+
+def test_k_means_plus_plus_schedule_runs_the_restarts_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """schedule='k-means++': every run is a k-means++ restart (no temperature run), the lowest J
+    is kept, and the runs are those an annealed fit with the same n_init restarts with (the same
+    seeds); the result is a Lloyd fixed point of X."""
+    X, _ = make_blobs(n_samples=900, centers=12, cluster_std=2.0, random_state=3)
+    runs = _spy_runs(monkeypatch)
+    one = RBFKMeans(10, schedule="k-means++", random_state=0).fit(X)
+    assert [s for s, _ in runs] == [runs_mod.RESTART]
+    assert one.temperatures_.size == 0
+    assert one.history_ == []
+    runs.clear()
+    several = RBFKMeans(10, schedule="k-means++", n_init=4, random_state=0).fit(X)
+    restarts = [out["inertia"] for _, out in runs]
+    assert [s for s, _ in runs] == [runs_mod.RESTART] * 4
+    assert restarts[0] == pytest.approx(one.inertia_, rel=1e-12)
+    assert several.inertia_ == pytest.approx(min(restarts), rel=1e-12)
+    runs.clear()
+    RBFKMeans(10, n_init=4, random_state=0).fit(X)  # annealed once, then the same restarts
+    assert [out["inertia"] for _, out in runs[1:]] == pytest.approx(restarts[1:], rel=1e-12)
+    C = several.cluster_centers_
+    labels = np.argmin(((X[:, None, :] - C[None]) ** 2).sum(-1), axis=1)
+    np.testing.assert_array_equal(several.labels_, labels)
+    means = np.stack([X[labels == j].mean(0) for j in range(10)])
+    np.testing.assert_allclose(C, means, rtol=1e-9, atol=1e-9)
+    assert several.inertia_ == pytest.approx(float(((X - C[labels]) ** 2).sum()), rel=1e-9)
+
+
+@pytest.mark.parametrize("fit_rows", [None, 2000])
+def test_hard_fits_ignore_the_k_means_plus_plus_schedule(fit_rows: int | None) -> None:
+    """Plain Lloyd whatever the schedule: the same start (with fit_rows drawn from 16 k of the
+    sample's rows, not from the search rows a restart draws from) and the same iterations."""
+    X, _ = make_blobs(n_samples=6000, centers=8, cluster_std=3.0, random_state=1)
+    kw = {"assignment": "hard", "n_init": 2, "fit_rows": fit_rows, "random_state": 0}
+    a = RBFKMeans(8, schedule="k-means++", **kw).fit(X)
+    b = RBFKMeans(8, **kw).fit(X)
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    assert a.inertia_ == b.inertia_
+
+
+@pytest.mark.parametrize("init", ["mean", "random", "array", "callable"])
+def test_k_means_plus_plus_schedule_refuses_another_start(init: str) -> None:
+    X = X0.copy()
+    value: Any = {"array": X0[:3].copy(), "callable": lambda X, k, rs: X[:k]}.get(init, init)
+    shown = repr(init) if init in ("mean", "random") else \
+        {"array": "a ndarray", "callable": "a function"}[init]
+    with pytest.raises(ValueError, match=rf"^schedule='k-means\+\+' draws its own .*init must "
+                       rf"be 'auto' or 'k-means\+\+'; got init={re.escape(shown)}$"):
+        RBFKMeans(3, schedule="k-means++", init=value).fit(X)
+    np.testing.assert_array_equal(X, X0)
+    RBFKMeans(3, schedule="k-means++", init="k-means++", random_state=0).fit(X)  # accepted
 
 
 @pytest.mark.parametrize("metric", ["sqeuclidean", "cosine"])

@@ -294,6 +294,7 @@ def test_bounded_lloyd_runs_and_their_warm_starts_equal_the_dense_ones(metric: s
 FITS = [
     {}, {"metric": "cosine"}, {"assignment": "hard"}, {"schedule": "geometric"},
     {"assignment": "softmax"}, {"n_init": 2}, {"fit_rows": 500}, {"init": "k-means++"},
+    {"schedule": "k-means++", "n_init": 2},
 ]
 
 

@@ -123,12 +123,14 @@ class RBFKMeans(
         1`` anneals once (the run ``n_init=1`` makes) and restarts ``m - 1`` times from greedy
         k-means++ starts, each taken through the same hard polish, swap search and Hartigan
         moves: annealed runs differ only by the symmetric-breaking noise, which decides the
-        order of competing splits, and mostly end in the same basin, which restarts leave. This
-        is the setting that trades time for quality: on the 23 sets of
-        ``benchmarks/bench_curve.py`` (five seeds) ``n_init=3`` ended at or below the better
-        of ``KMeans(n_init=10)`` and breathing k-means on 111 of 115 set-seed pairs (the
-        default 99) in 1.03x ``KMeans(n_init=10)``'s time in geometric mean (the default
-        0.47x; see docs/estimator.md). Other ladders repeat themselves with new seeds.
+        order of competing splits, and mostly end in the same basin, which restarts leave.
+        With ``schedule="k-means++"`` every run is such a restart, which trades time for
+        quality best: on the 23 sets of ``benchmarks/bench_curve.py`` (five seeds)
+        ``schedule="k-means++", n_init=6`` (the quality setting) ended at or below the better
+        of ``KMeans(n_init=10)`` and breathing k-means on all 115 set-seed pairs (the default
+        99, ``n_init=3`` 111) in 0.87x ``KMeans(n_init=10)``'s time in geometric mean (the
+        default 0.27x; see docs/estimator.md). Other ladders repeat themselves with new
+        seeds.
         With an explicit ``init`` array only one run is made (a ``RuntimeWarning`` says so when
         ``n_init > 1``), as scikit-learn.
     max_iter : int, default 300
@@ -137,8 +139,13 @@ class RBFKMeans(
         Relative tolerance, in units of the mean feature variance, on the squared centroid shift:
         the stopping rule of the iterations at each temperature (and of plain Lloyd, as in
         scikit-learn). The final polish runs until the labels no longer change.
-    schedule : {"splits", "geometric"}, default "splits"
-        The annealing ladder. ``"splits"`` (:func:`rbfkmeans.splits.anneal_splits`) carries the
+    schedule : {"splits", "geometric", "k-means++"}, default "splits"
+        The annealing ladder, or none: ``"k-means++"`` anneals nothing, and each of the
+        ``n_init`` runs (1 for ``"auto"``) is what an event-driven fit's restarts are (above):
+        a greedy k-means++ start on the search rows through the hard polish, the swap search
+        and Hartigan's moves (``init`` must be ``"auto"`` or ``"k-means++"``; the temperatures
+        and the solver are not used; with ``assignment="hard"`` the fit is plain Lloyd, as
+        with any schedule). ``"splits"`` (:func:`rbfkmeans.splits.anneal_splits`) carries the
         coincident centroids as groups with multiplicities, jumps from one predicted split
         temperature to the next, accelerates each fixed point (SQUAREM) and anneals on a growing
         subsample (``subsample`` rows per group); it is exact for softmax, entmax15 and
@@ -303,6 +310,12 @@ class RBFKMeans(
             value = getattr(self, name)
             if not ok(value):
                 raise ValueError(f"{name} must be {rule}; got {value!r}")
+        if self.schedule == "k-means++" and not (isinstance(self.init, str)
+                                                 and self.init in ("auto", "k-means++")):
+            got = repr(self.init) if isinstance(self.init, str) else \
+                f"a {type(self.init).__name__}"
+            raise ValueError("schedule='k-means++' draws its own greedy k-means++ starts: init "
+                             f"must be 'auto' or 'k-means++'; got init={got}")
 
     @property
     def _hard(self) -> bool:

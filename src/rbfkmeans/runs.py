@@ -28,7 +28,8 @@ and then takes one Lloyd iteration on every row, labelling every row at the mean
 :func:`run_schedules` gives the ladder of each run of a fit: a default fit of at most
 ``SMALL_FIT_ENTRIES`` point-centroid pairs runs both ladders, and the estimator keeps the lower
 ``J``; an event-driven fit with ``n_init > 1`` anneals once and makes the other runs ``RESTART``
-(step 2 replaced by a greedy k-means++ start on the search rows, steps 3-5 as above). The run
+(step 2 replaced by a greedy k-means++ start on the search rows, steps 3-5 as above), and
+``schedule="k-means++"`` makes every run one. The run
 reads its settings from the estimator (its constructor parameters, its ``_hard``,
 ``_init_name()`` and ``critical_temperature_``); nothing here validates them.
 """
@@ -148,7 +149,10 @@ def run_schedules(est: RBFKMeans, data: Data, n_total: int, n_init: int) -> list
       ``RESTART``: k-means++ starts taken through the same polish and searches. Annealed
       runs differ only by the symmetric-breaking noise and mostly end in the same basin
       (hubble_deep_field k=16: 7 of 8 seeds in one), where the restarts, at about a third
-      of the annealed run's time on 20,000 pixels, reach others."""
+      of the annealed run's time on 20,000 pixels, reach others;
+    - otherwise every run takes the estimator's schedule: with ``schedule="k-means++"``
+      (``RESTART``) every run is a restart (plain Lloyd for ``assignment="hard"``, whatever
+      the schedule)."""
     _check(est, data)
     if (est.n_init == "auto" and not est._hard and event_driven(est, data)
             and n_total * est.n_clusters <= SMALL_FIT_ENTRIES):
@@ -200,7 +204,7 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
     if est.fit_rows is not None and isinstance(start, str) and start == "k-means++":
         seeding = Subsample(data, gen).take(SEED_ROWS_PER_CLUSTER * est.n_clusters)
     hard_only = est._hard
-    restart = schedule == RESTART
+    restart = schedule == RESTART and not hard_only  # plain Lloyd ignores the schedule
     splits = event_driven(est, data, schedule)
     # the event-driven ladder starts from the mean of the rows it anneals (on cosine data the
     # mean direction is checked here: init='mean' needs one); a restart draws its own start
