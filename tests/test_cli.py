@@ -86,6 +86,26 @@ def test_max_swaps_is_passed_on(tmp_path: Path, capsys) -> None:
     assert f"inertia={fits[30].inertia_:.6g}" in default
 
 
+def test_schedule_and_n_init_are_passed_on(tmp_path: Path, capsys) -> None:
+    from sklearn.datasets import load_digits
+
+    pts = load_digits().data[::2]
+    src = write_csv(tmp_path / "digits.csv", pts, None)
+    for argv, kw in ((["--schedule", "k-means++", "--n-init", "3"],
+                      {"schedule": "k-means++", "n_init": 3}),
+                     (["--n-init", "2"], {"n_init": 2}),
+                     (["--schedule", "geometric"], {"schedule": "geometric"})):
+        est = RBFKMeans(10, random_state=0, **kw).fit(pts)
+        out = run_ok(["fit", str(src), "-k", "10", "--force", *argv], capsys)
+        assert f"inertia={est.inertia_:.6g}" in out
+        assert f"temperatures={est.temperatures_.size}" in out
+    assert "temperatures=0 (a k-means++ start, not annealed)" in run_ok(
+        ["fit", str(src), "-k", "10", "--force", "--schedule", "k-means++"], capsys)
+    with pytest.raises(SystemExit):
+        main(["fit", str(src), "-k", "10", "--n-init", "three"])
+    assert "--n-init: must be 'auto' or an integer >= 1; got 'three'" in capsys.readouterr().err
+
+
 def test_outputs_default_next_to_the_input(tmp_path: Path, capsys) -> None:
     src = write_csv(tmp_path / "data.csv", X, "u,v")
     run_ok(["fit", str(src), "-k", "2", "--assignment", "hard", "--random-state", "3"], capsys)
@@ -182,6 +202,7 @@ def test_bad_csv_exits_2_with_one_line(tmp_path: Path, capsys, name: str) -> Non
         ("csv", ["-k", "0"], "n_clusters must be an integer >= 1; got 0"),
         ("csv", ["-k", "2", "--max-swaps", "-1"],
          "max_swaps must be an integer >= 0; got -1"),
+        ("csv", ["-k", "2", "--n-init", "0"], "n_init must be 'auto' or an integer >= 1; got 0"),
         ("3d", ["-k", "2"], "expected a 2-D array (n, d); got shape (2, 3, 4)"),
         ("str", ["-k", "2"], "expected an integer or float array; got dtype <U1"),
         ("npynan", ["-k", "2"], "row 1, column 0: nan is not finite"),
@@ -210,7 +231,9 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path, capsys, make, argv, mes
 
 def test_argparse_errors_exit_2(tmp_path: Path, capsys) -> None:
     for argv in (["fit", "x.csv"], ["fit", "x.csv", "-k", "two"],
-                 ["fit", "x.csv", "-k", "2", "--assignment", "argmax"]):
+                 ["fit", "x.csv", "-k", "2", "--assignment", "argmax"],
+                 ["fit", "x.csv", "-k", "2", "--n-init", "three"],
+                 ["fit", "x.csv", "-k", "2", "--schedule", "linear"]):
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2

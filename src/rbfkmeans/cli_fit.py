@@ -68,6 +68,12 @@ def add_fit_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="replace outputs that already exist (the input file never is)")
     p.add_argument("--random-state", type=int, default=0, help="seed (default: 0)")
+    p.add_argument("--schedule", choices=("splits", "geometric", "k-means++"), default="splits",
+                   help="the annealing ladder, or k-means++ restarts without annealing "
+                   "(default: splits; the quality setting is --schedule k-means++ --n-init 6)")
+    p.add_argument("--n-init", type=_n_init, default="auto",
+                   help="runs, the lowest inertia kept ('auto' or an integer >= 1; default "
+                   "auto, as RBFKMeans)")
     p.add_argument("--max-swaps", type=int, default=30,
                    help="swaps after an annealed fit, at most (default 30, as RBFKMeans; 0: none)")
     p.add_argument("--delimiter", default=None,
@@ -76,6 +82,17 @@ def add_fit_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="progress bar over temperatures")
     p.set_defaults(func=run_fit)
     return p
+
+
+def _n_init(text: str) -> int | str:
+    """``--n-init``: ``auto`` as it is, else an integer (the estimator checks that it is >= 1)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be 'auto' or an integer >= 1; got {text!r}") from None
 
 
 # -- the outputs -------------------------------------------------------------------------------
@@ -142,7 +159,7 @@ def run_fit(args: argparse.Namespace) -> int:
 
         est = RBFKMeans(args.n_clusters, assignment=args.assignment, metric=args.metric,
                         random_state=args.random_state, max_swaps=args.max_swaps,
-                        verbose=int(args.verbose))
+                        schedule=args.schedule, n_init=args.n_init, verbose=int(args.verbose))
         t0 = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -164,7 +181,8 @@ def run_fit(args: argparse.Namespace) -> int:
         print(f"rbfkmeans fit: warning: {message}", file=sys.stderr)
     T = est.temperatures_
     temps = (f"{T.size} (T {T[0]:.4g} -> {T[-1]:.4g})" if T.size
-             else "0 (plain Lloyd)")
+             else "0 (plain Lloyd)" if args.assignment == "hard"
+             else "0 (a k-means++ start, not annealed)")
     print(f"{args.file}: n={n} d={d} k={k} assignment={args.assignment} metric={args.metric}")
     print(f"  inertia={est.inertia_:.6g} iterations={est.n_iter_} swaps={est.n_swaps_} "
           f"time={seconds:.2f}s temperatures={temps}")
