@@ -73,6 +73,7 @@ FITS: dict[str, dict[str, Any]] = {
     "sparsemax_kpp": {"assignment": "sparsemax", "init": "k-means++", "random_state": 2,
                       "w": False},
     "hard_n_init": {"assignment": "hard", "n_init": 3, "random_state": 5, "w": True},
+    "kpp_restarts": {"schedule": "k-means++", "n_init": 2, "random_state": 4, "w": True},
     "chunked": {"assignment": "entmax15", "chunk_size": 64, "random_state": 0, "w": True},
     "gradient": {"assignment": "softmax", "solver": "gradient", "chunk_size": 100,
                  "max_iter_per_temperature": 10, "random_state": 0, "w": True},
