@@ -106,8 +106,9 @@ HARTIGAN_MIN_GAIN = 1e-6
 #: both ladders and keeps the better: the geometric one is the more thorough search on tiny
 #: data, and the two together still take a few tens of milliseconds there.
 SMALL_FIT_ENTRIES = 2048
-#: The runs after the first of an event-driven fit with ``n_init > 1``: no annealing, a greedy
-#: k-means++ start on the search rows, then the same polish, swap search and Hartigan rounds
+#: The runs after the first of an event-driven fit with ``n_init > 1``, and every run of a fit
+#: with ``schedule="k-means++"``: no annealing, a greedy k-means++ start on the search rows, then
+#: the same polish, swap search and Hartigan rounds
 RESTART = "k-means++"
 
 
@@ -148,7 +149,7 @@ def run_schedules(est: RBFKMeans, data: Data, n_total: int, n_init: int) -> list
     - an event-driven fit with ``n_init > 1`` anneals once and makes the other runs
       ``RESTART``: k-means++ starts taken through the same polish and searches. Annealed
       runs differ only by the symmetric-breaking noise and mostly end in the same basin
-      (hubble_deep_field k=16: 7 of 8 seeds in one), where the restarts, at about a third
+      (hubble_deep_field k=16: 7 of 8 seeds in one), where the restarts, at about half
       of the annealed run's time on 20,000 pixels, reach others;
     - otherwise every run takes the estimator's schedule: with ``schedule="k-means++"``
       (``RESTART``) every run is a restart (plain Lloyd for ``assignment="hard"``, whatever
