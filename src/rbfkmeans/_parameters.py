@@ -22,7 +22,7 @@ from .comm import Comm
 from .metrics import METRICS
 
 __all__ = [
-    "PARAMETERS", "agree_on_shards", "as_float32_if_half", "check_sample_weight",
+    "PARAMETERS", "SCHEDULES", "agree_on_shards", "as_float32_if_half", "check_sample_weight",
     "device_available", "is_int", "is_real", "restored_on_failure", "torch_dtype",
 ]
 
@@ -30,6 +30,10 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 # the parameter table: name -> (rule, check)
 # ---------------------------------------------------------------------------------------------
+
+
+#: the values of ``schedule``: the two annealing ladders, and k-means++ restarts without one
+SCHEDULES = ("splits", "geometric", "k-means++")
 
 
 def is_int(v: Any) -> bool:
@@ -63,7 +67,7 @@ PARAMETERS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "T_start": ("None or a finite number > 0", lambda v: v is None or (is_real(v) and v > 0)),
     "T_end": ("None or a finite number > 0", lambda v: v is None or (is_real(v) and v > 0)),
     "schedule": ("'splits', 'geometric' or 'k-means++'",
-                 lambda v: isinstance(v, str) and v in ("splits", "geometric", "k-means++")),
+                 lambda v: isinstance(v, str) and v in SCHEDULES),
     "subsample": ("None or an integer >= 1", lambda v: v is None or (is_int(v) and v >= 1)),
     "fit_rows": ("None or an integer >= 1", lambda v: v is None or (is_int(v) and v >= 1)),
     "cooling": ("None or a number in (0, 1)", lambda v: v is None or (is_real(v) and 0 < v < 1)),

@@ -34,6 +34,7 @@ from functools import partial
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from ._parameters import SCHEDULES
 from .assignments import ASSIGNMENTS
 from .atomic_files import Writer, check_out, check_targets, write_outputs
 from .metrics import METRICS
@@ -68,7 +69,7 @@ def add_fit_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="replace outputs that already exist (the input file never is)")
     p.add_argument("--random-state", type=int, default=0, help="seed (default: 0)")
-    p.add_argument("--schedule", choices=("splits", "geometric", "k-means++"), default="splits",
+    p.add_argument("--schedule", choices=SCHEDULES, default="splits",
                    help="the annealing ladder, or k-means++ restarts without annealing "
                    "(default: splits; the quality setting is --schedule k-means++ --n-init 6)")
     p.add_argument("--n-init", type=_n_init, default="auto",
