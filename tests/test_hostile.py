@@ -32,6 +32,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 
 import rbfkmeans as rk
+from rbfkmeans.frame import Frame
 from rbfkmeans.lloyd import lloyd
 from rbfkmeans.passes import Data, cluster_stats
 
@@ -51,7 +52,8 @@ VALID: dict[str, Any] = {
     "tangent_eigmax": 1.0, "mean_norm": 0.5, "width": 4, "t": _X,
     "used": torch.tensor([3.0, 1.0, 0.0]), "temperatures": [2.0, 1.0],
     "counts": torch.zeros(4, dtype=torch.float64), "labels": _HARD.labels, "start": _HARD,
-    "st": cluster_stats(_DATA, _C, 0.0, "hard"), "empty": torch.tensor([False, True, False, False]),
+    "st": cluster_stats(_DATA, _C, 0.0, "hard"), "frame": Frame(),
+    "empty": torch.tensor([False, True, False, False]),
 }
 
 _TENSORS = {"None": None, "a string": "abc", "a 3-D tensor": torch.zeros(2, 3, 3),
@@ -73,6 +75,7 @@ BAD: dict[str, dict[str, Any]] = {
     "temperatures": {"None": None, "[-1.0]": [-1.0], "[nan]": [float("nan")]},
     "start": {"None": None, "a tensor": _C},
     "st": {"None": None, "a tensor": _C},
+    "frame": {"None": None, "a string": "abc", "a tensor": _X},
 }
 #: parameters of a predicate or a converter, for which only ``None`` and strings are bad
 ACCEPTED = {("kernels.usable", "X"), ("inference.to_numpy", "t")}
@@ -91,7 +94,8 @@ FUNCTIONS = [
     "objectives.objective_from_distances", "objectives.shannon_objective",
     "objectives.soft_objective", "objectives.sparsemax_objective", "objectives.tsallis_objective",
     "passes.cluster_stats", "passes.nearest", "passes.nearest_labels",
-    "quantizer.code_perplexity", "repeats.fold_repeats", "schedules.critical_temperature",
+    "quantizer.code_perplexity", "repeats.fold_repeats", "scales.fit_scales",
+    "schedules.critical_temperature",
     "schedules.critical_temperature_factor", "schedules.geometric_schedule",
     "schedules.sphere_eigmax", "seeding.initial_centers", "seeding.kmeans_plusplus",
     "seeding.weighted_mean", "splits.anneal_splits", "spread.covariance_eigmax",

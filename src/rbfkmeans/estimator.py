@@ -17,7 +17,8 @@ normalised rows with the centroids projected back onto the unit sphere after eve
 (:mod:`rbfkmeans.metrics`).
 
 This module is glue: validation (one declarative table), the scikit-learn contract, and the
-calls into :mod:`~rbfkmeans.runs` (one run of the fit), :mod:`~rbfkmeans.streaming` and
+calls into :mod:`~rbfkmeans.scales` (the fit's ``tol`` unit and ``T_c``),
+:mod:`~rbfkmeans.runs` (one run of the fit), :mod:`~rbfkmeans.streaming` and
 :mod:`~rbfkmeans.online`. It is the only place that detects an initialised ``torch.distributed``
 group (:meth:`Comm.auto`).
 """
@@ -60,24 +61,12 @@ from .online import OnlineFitMixin
 from .passes import Data, cluster_stats
 from .repeats import fold_repeats
 from .runs import fit_run, run_schedules
-from .schedules import critical_temperature_factor, sphere_eigmax
-from .seeding import weighted_mean
+from .scales import fit_scales
+from .schedules import critical_temperature_factor
 from .sparse import SparseRows, is_sparse
-from .spread import (
-    SAMPLE_SPREAD_MIN_DIM,
-    covariance_eigmax,
-    covariance_spread,
-    sparse_spread,
-    sphere_spread,
-)
 from .starts import Temperatures
 
 __all__ = ["RBFKMeans"]
-
-
-#: wide data (``spread.SAMPLE_SPREAD_MIN_DIM`` features on) with more rows than this takes
-#: ``lambda_max`` of its covariance (``T_c``) from a random sample of this many rows
-SPREAD_SAMPLE = 4096
 
 
 def _owns(Xt: Tensor, X: np.ndarray) -> bool:
@@ -430,25 +419,7 @@ class RBFKMeans(
                                                        comm=comm)
         data = self._data(frame.enter(Xf, inplace=own), wf, comm)
         rng = check_random_state(self.random_state)
-        if self._hard and not sparse:  # T_c = 0 and no annealing: the mean variance alone
-            mean_var, lam = self._mean_variance(data, frame, spherical, comm), 0.0
-        elif sparse:  # from the stored entries, matrix-free (rbfkmeans.sparse)
-            mean_var, lam, mu = sparse_spread(data.X, data.w, sample=SPREAD_SAMPLE,
-                                              tangent=spherical)
-            if spherical:  # the tangent spread at the mean direction
-                lam = sphere_eigmax(lam, float(mu.norm()))
-        elif spherical:  # the tangent spread at the mean direction (schedules)
-            mean_var, lam_t, mu_norm = sphere_spread(data.X, data.w, chunk_size=self.chunk_size,
-                                                     comm=comm, sample=SPREAD_SAMPLE)
-            lam = sphere_eigmax(lam_t, mu_norm)
-        elif (frame.trace is not None and not comm.active
-              and (data.n > SPREAD_SAMPLE or data.n < data.d)
-              and data.d >= SAMPLE_SPREAD_MIN_DIM):  # wide: the frame's trace, a sample's top
-            mean_var = frame.sq_to(frame.trace) / data.d
-            lam = covariance_eigmax(data.X, data.w, sample=SPREAD_SAMPLE)
-        else:
-            mean_var, lam = covariance_spread(data.X, data.w, chunk_size=self.chunk_size,
-                                              comm=comm)
+        mean_var, lam = fit_scales(data, frame, hard=self._hard)  # tol's unit, T_c's
         abs_tol = float(self.tol) * mean_var
         Tc = critical_temperature_factor(self.assignment, self.n_clusters) * lam
         self.critical_temperature_ = frame.sq_from(Tc)
@@ -477,16 +448,6 @@ class RBFKMeans(
         comm.sum_(counts)
         self._online_counts: np.ndarray | None = to_numpy(counts)
         return self
-
-    def _mean_variance(self, data: Data, frame: Frame, spherical: bool, comm: Comm) -> float:
-        """``trace(Sigma) / d`` of the fit's rows, the scale of ``tol``: ``1 - ||mu||^2`` over
-        ``d`` for unit rows (weighted mean ``mu``), the frame's trace where it has one."""
-        if spherical:
-            mu = weighted_mean(data).double()
-            return max(0.0, 1.0 - float(mu.square().sum())) / data.d
-        if frame.trace is not None and not comm.active:
-            return frame.sq_to(frame.trace) / data.d
-        return covariance_spread(data.X, data.w, chunk_size=self.chunk_size, comm=comm)[0]
 
     @staticmethod
     def _leave_frame(best: dict[str, Any], frame: Frame, data: Data,
