@@ -92,6 +92,7 @@ def test_sparse_rows_give_the_scales_of_the_dense_ones(metric: str) -> None:
     rows = SparseRows.from_scipy(sp.csr_matrix(X), torch.float64, torch.device("cpu"))
     sparse = fit_scales(Data(rows, metric=metric), Frame())
     assert sparse == pytest.approx(dense, rel=1e-9)
+    assert fit_scales(Data(rows, metric=metric), Frame(), hard=True) == (sparse[0], 0.0)
 
 
 def test_the_estimator_takes_its_critical_temperature_from_them() -> None:

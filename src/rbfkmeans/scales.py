@@ -10,10 +10,10 @@ With the weighted covariance ``Sigma`` of the fit's rows (:mod:`rbfkmeans.spread
 critical temperature is ``T_c = factor * lambda`` (:mod:`rbfkmeans.schedules`). Which estimate
 serves depends on the data:
 
-* a hard fit anneals nothing: ``v`` alone, ``lambda = 0`` (for unit rows
-  ``v = (1 - ||mu||^2) / d``, ``mu`` their weighted mean);
 * sparse rows: both from the stored entries, matrix-free (:func:`~rbfkmeans.spread.sparse_spread`),
   ``lambda`` from a sample of ``SPREAD_SAMPLE`` rows;
+* a hard fit anneals nothing: ``v`` alone, ``lambda = 0`` (for dense unit rows
+  ``v = (1 - ||mu||^2) / d``, ``mu`` their weighted mean);
 * unit rows (``metric="cosine"``): the tangent spread at the mean direction,
   ``lambda = lambda_max(P Sigma P) / ||mu||`` (:func:`~rbfkmeans.spread.sphere_spread`,
   :func:`~rbfkmeans.schedules.sphere_eigmax`);
@@ -54,19 +54,21 @@ def fit_scales(data: Data, frame: Frame, *, hard: bool = False) -> tuple[float, 
         raise TypeError(f"frame must be a rbfkmeans.frame.Frame; got {type(frame).__name__}")
     if not isinstance(hard, bool):
         raise TypeError(f"hard must be a bool; got {type(hard).__name__}")
-    spherical = data.metric.spherical
+    spherical, sparse = data.metric.spherical, is_sparse(data.X)
     chunk, comm = data.chunk_size, data.comm
-    if hard and not is_sparse(data.X):
+    if sparse:  # both from the stored entries, in one pass (lambda unused by a hard fit)
+        mean_var, lam, mu = sparse_spread(data.X, data.w, sample=SPREAD_SAMPLE,
+                                          tangent=spherical)
+        if hard:
+            return mean_var, 0.0
+        return mean_var, sphere_eigmax(lam, float(mu.norm())) if spherical else lam
+    if hard:
         if spherical:
             mu = weighted_mean(data).double()
             return max(0.0, 1.0 - float(mu.square().sum())) / data.d, 0.0
         if frame.trace is not None and not comm.active:
             return frame.sq_to(frame.trace) / data.d, 0.0
         return covariance_spread(data.X, data.w, chunk_size=chunk, comm=comm)[0], 0.0
-    if is_sparse(data.X):
-        mean_var, lam, mu = sparse_spread(data.X, data.w, sample=SPREAD_SAMPLE,
-                                          tangent=spherical)
-        return mean_var, sphere_eigmax(lam, float(mu.norm())) if spherical else lam
     if spherical:
         mean_var, lam_t, mu_norm = sphere_spread(data.X, data.w, chunk_size=chunk, comm=comm,
                                                  sample=SPREAD_SAMPLE)
