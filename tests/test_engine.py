@@ -195,6 +195,76 @@ def test_farthest_points_and_relocation() -> None:
         farthest_points(Data(X), C, 0)
 
 
+@pytest.mark.parametrize("kernels_mode", ["0", "1"])
+def test_lloyd_relocates_empty_clusters_to_points_that_weigh_something(
+        kernels_mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The only point away from the weighted ones weighs nothing: an empty cluster moved there
+    stays empty, and the run took it there and back at every other iteration until
+    ``max_iter``. Relocations take points of positive weight only: the cluster lands on the
+    weighted point (there is no other), and the run settles with ``J = 0``."""
+    monkeypatch.setenv("RBFKMEANS_KERNELS", kernels_mode)
+    X = torch.tensor([[0.0], [0.0], [0.0], [5.0]], dtype=torch.float64)
+    w = torch.tensor([1.0, 1.0, 1.0, 0.0], dtype=torch.float64)
+    res = lloyd(Data(X, w), torch.tensor([[0.0], [100.0]], dtype=torch.float64), max_iter=50)
+    assert res.converged
+    assert res.n_iter < 10
+    assert res.C[:, 0].tolist() == [0.0, 0.0]
+    assert res.inertia == 0.0
+
+
+def test_lloyd_stops_where_two_iterations_repeat() -> None:
+    """Unit rows within rounding of each other (a cosine fit of five such rows, five clusters;
+    its polish's start): a relocated centroid takes two of the points from their cluster and
+    gives them back in turn, labels and centroids repeating every other iteration, and the run
+    went on to ``max_iter``. That is a fixed point too: the run stops there, at the objective
+    of its own labels."""
+    X = torch.tensor([[0.5773502630562413, 0.5773502752556526, 0.5773502692569833],
+                      [0.5773502687527641, 0.5773502671477304, 0.5773502716683829],
+                      [0.5773502687431415, 0.5773502672073898, 0.5773502716183458],
+                      [0.5773502630292983, 0.5773502752171626, 0.5773502693224163],
+                      [0.577350268664237, 0.5773502672208614, 0.577350271683779]],
+                     dtype=torch.float64)
+    C0 = torch.tensor([[0.5773502658602392, 0.5773502712382571, 0.5773502704703812],
+                       [0.5773502630562413, 0.5773502752556526, 0.5773502692569833],
+                       [0.5773502668322725, 0.5773502698710595, 0.5773502708655454],
+                       [0.5773502668322725, 0.5773502698710595, 0.5773502708655454],
+                       [0.5773502630292983, 0.5773502752171626, 0.5773502693224163]],
+                      dtype=torch.float64)
+    data = Data(X, metric="cosine")
+    assert data.X is X  # unit rows, read as they are
+    res = lloyd(data, C0, max_iter=300, bounds=False)
+    assert res.converged
+    assert res.n_iter < 20
+    cos = X @ res.C.T
+    own = cos.gather(1, res.labels[:, None]).squeeze(1)  # nearest up to rounding: all tie
+    assert bool((own >= cos.amax(dim=1) - 1e-15).all())
+    assert res.inertia == pytest.approx(float((1.0 - own).sum()), abs=1e-12)
+
+
+@pytest.mark.parametrize("bounds", [False, True])
+def test_lloyd_stops_where_rounding_decides_the_labels(bounds: bool) -> None:
+    """float32 cosine rows of nearly one direction (1e5 plus unit noise: ``1 - cos`` of order
+    1e-10, below float32's resolution of the products): the labels wandered with the rounding
+    until ``max_iter``. Once ``J`` of the labels is within ``RESOLUTION eps sum w`` of 0 the
+    run stops, converged, from ``RESOLUTION_AFTER`` iterations on; well-resolved data never
+    meets the rule (its labels and ``J`` as before)."""
+    from rbfkmeans import lloyd as lloyd_mod
+
+    rng = np.random.default_rng(0)
+    X = torch.as_tensor(1e5 + rng.normal(size=(200, 17)), dtype=torch.float32)
+    data = Data(X, metric="cosine")
+    res = lloyd(data, data.X[:4].clone(), max_iter=300, bounds=bounds)
+    assert res.converged
+    assert lloyd_mod.RESOLUTION_AFTER <= res.n_iter < 300
+    assert res.inertia <= lloyd_mod.RESOLUTION * np.finfo(np.float32).eps * 200
+    Y = torch.as_tensor(rng.normal(size=(2000, 3)) + 4.0 * rng.integers(0, 3, (2000, 1)))
+    exact = lloyd(Data(Y), Y[:3].clone(), max_iter=300)
+    assert exact.converged
+    assert exact.n_iter < 300
+    assert exact.inertia > 1e3 * lloyd_mod.RESOLUTION * np.finfo(np.float64).eps * float(
+        Y.square().sum())
+
+
 # -- validation of the solver functions -----------------------------------------------------------
 
 

@@ -27,6 +27,7 @@ import rbfkmeans.runs as runs_mod
 from rbfkmeans import KMeansLayer, RBFKMeans
 from rbfkmeans._parameters import PARAMETERS as _PARAMETERS
 from rbfkmeans.gradient import gradient_step
+from rbfkmeans.splits import Subsample
 
 entmax = pytest.importorskip("entmax")
 
@@ -893,6 +894,80 @@ def test_fit_rows_draws_k_means_plus_plus_starts_from_a_smaller_sample(
     RBFKMeans(k, assignment="hard", fit_rows=10_000, random_state=0).fit(X)  # no sample
     assert seen == [(runs_mod.SEED_ROWS_PER_CLUSTER * k, "k-means++")]
     assert folds
+
+
+@pytest.mark.parametrize("kernels_mode", ["0", "1"])
+def test_rows_of_one_direction_anneal_within_float32(
+        kernels_mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """float32 rows of one direction (cosine): their spread is 0 up to rounding, and the
+    geometric ladder's temperatures fell to ~1e-62, where ``1 / T`` is beyond float32 (the
+    torch pass raised an overflow error). The ladder stops at the data's resolution
+    temperature, as the event-driven one does: one distinct cluster, ``J`` 0 (to rounding)."""
+    monkeypatch.setenv("RBFKMEANS_KERNELS", kernels_mode)
+    X = np.full((21, 11), 1000.0, dtype=np.float32)
+    w = np.random.default_rng(0).uniform(0.0, 3.0, size=21)
+    w[[0, 1, 7, 16]] = 0.0
+    with pytest.warns(ConvergenceWarning, match=r"distinct clusters \(1\) found smaller"):
+        est = RBFKMeans(2, metric="cosine", random_state=0).fit(X, sample_weight=w)
+    np.testing.assert_allclose(est.cluster_centers_, np.full((2, 11), 11 ** -0.5), rtol=1e-6)
+    assert 0.0 <= est.inertia_ <= 64 * np.finfo(np.float32).eps * w.sum()  # 0 up to rounding
+    assert (X == 1000.0).all()
+
+
+@pytest.mark.parametrize("assignment", ["hard", "entmax15"])
+def test_samples_are_drawn_from_rows_that_weigh_something(
+        assignment: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fit_rows`` draws its sample from the rows of positive weight: a sample of rows of
+    weight 0 fitted nothing (the annealing's start, their weighted mean, was NaN, and the fit
+    failed with an error about its own centroids). With no more such rows than ``fit_rows``
+    the fit is the fit of all rows; the search subsample of large data is drawn the same way."""
+    X = np.full((4, 1), -5.75e-7, dtype=np.float32)
+    w = np.array([0.0, 0.73, 0.0, 2.54])
+    est = RBFKMeans(1, assignment=assignment, fit_rows=2, random_state=0).fit(X, sample_weight=w)
+    np.testing.assert_array_equal(est.cluster_centers_, X[:1])
+    assert est.inertia_ == 0.0
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(size=(300, 2)), rng.normal(size=(300, 2)) + 8.0])
+    w = np.zeros(600)
+    w[::50] = 1.0  # 12 rows weigh something
+    sizes: list[tuple[int, float]] = []
+    take = Subsample.take
+    monkeypatch.setattr(Subsample, "take", lambda self, size, skip=0: (
+        sizes.append((self.total, float(self.data.w.min()))), take(self, size, skip))[1])
+    sampled = RBFKMeans(2, assignment=assignment, fit_rows=8, random_state=0).fit(
+        X, sample_weight=w)
+    assert sizes[0] == (12, 1.0)  # drawn from the 12, none of weight 0
+    everything = RBFKMeans(2, assignment=assignment, fit_rows=12, random_state=0).fit(
+        X, sample_weight=w)
+    plain = RBFKMeans(2, assignment=assignment, random_state=0).fit(X, sample_weight=w)
+    assert everything.inertia_ == plain.inertia_
+    np.testing.assert_array_equal(everything.cluster_centers_, plain.cluster_centers_)
+    for fit in (sampled, everything):
+        d2 = ((X[:, None, :] - fit.cluster_centers_[None]) ** 2).sum(-1)
+        np.testing.assert_array_equal(fit.labels_, d2.argmin(1))
+        assert fit.inertia_ == pytest.approx(w @ d2.min(1), rel=1e-10)
+    sizes.clear()
+    monkeypatch.setattr(runs_mod, "search_rows", lambda k, d: 100)
+    RBFKMeans(2, random_state=0).fit(X, sample_weight=w)
+    assert sizes
+    assert all(lowest == 1.0 for _, lowest in sizes)
+
+
+def test_cosine_samples_are_fitted_on_the_sphere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cosine fit's sample (``fit_rows``) and search subsample (large data) are fitted as
+    cosine data: every Lloyd run and swap search of the fit is spherical (the subsample's rows
+    had lost the metric, and those runs were squared-Euclidean k-means of the unit rows)."""
+    metrics: list[str] = []
+    for name in ("lloyd", "swap_search"):
+        original = getattr(runs_mod, name)
+        monkeypatch.setattr(runs_mod, name, lambda data, *a, _f=original, **kw: (
+            metrics.append(data.metric.name), _f(data, *a, **kw))[1])
+    X = np.random.default_rng(0).normal(size=(3000, 6)).astype(np.float32)
+    RBFKMeans(8, metric="cosine", assignment="hard", fit_rows=800, random_state=0).fit(X)
+    monkeypatch.setattr(runs_mod, "search_rows", lambda k, d: 800)
+    RBFKMeans(8, metric="cosine", random_state=0).fit(X)
+    assert len(metrics) >= 4
+    assert set(metrics) == {"cosine"}
 
 
 def _spy_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:

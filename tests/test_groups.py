@@ -116,6 +116,34 @@ def test_wide_critical_temperatures_and_axes_match_a_full_eigendecomposition(
     torch.testing.assert_close(got.axis, ref.axis, rtol=0.0, atol=1e-8)
 
 
+@pytest.mark.parametrize("kernels_mode", ["0", "1"])
+@pytest.mark.parametrize("d", [3, 30])
+def test_a_splitting_group_without_mass_has_critical_temperature_zero(
+        kernels_mode: str, d: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """entmax-1.5 gives a far group exactly no mass. Its gain matrix is 0 and so is its
+    ``m_j / N_j``-scaled one: T_crit 0 and a finite axis (``m_j / tiny`` overflowed to inf for
+    ``m_j >= 4``, and inf times 0 made the eigensolver fail), the other groups' values as when
+    the empty group is left out."""
+    monkeypatch.setenv("RBFKMEANS_KERNELS", kernels_mode)
+    rng = np.random.default_rng(d)
+    X = torch.as_tensor(rng.normal(size=(200, d)))
+    far = torch.full((1, d), 1e3, dtype=X.dtype)
+    C = torch.cat([X[:2], far])
+    for m_far in (2, 4, 64):
+        m = torch.tensor([3, 2, m_far])
+        got = group_stats(Data(X), C, m, 0.5, "entmax15", critical=True)
+        ref = group_stats(Data(X), C[:2], m[:2], 0.5, "entmax15", critical=True)
+        assert float(got.N[2]) == 0.0
+        assert got.T_crit is not None
+        assert ref.T_crit is not None
+        assert got.axis is not None
+        assert ref.axis is not None
+        assert float(got.T_crit[2]) == 0.0
+        assert bool(torch.isfinite(got.axis).all())
+        torch.testing.assert_close(got.T_crit[:2], ref.T_crit, rtol=1e-12, atol=0.0)
+        torch.testing.assert_close(got.axis[:2], ref.axis, rtol=0.0, atol=1e-10)
+
+
 def split_growth(X: torch.Tensor, C: torch.Tensor, m: torch.Tensor, j: int, axis: torch.Tensor,
                  T: float, name: str) -> float:
     """How a small zero-sum split of group ``j``'s copies along ``axis`` changes after ten
@@ -205,6 +233,33 @@ def test_subsample_grows_and_nests() -> None:
     assert pool.take(100).X is X
     assert pool.take(70).X.shape == (70, 2)  # most of the rows, but a small copy
     assert not Comm().active
+
+
+@pytest.mark.parametrize("metric", ["sqeuclidean", "cosine"])
+def test_subsamples_keep_the_metric_and_weigh_something(metric: str) -> None:
+    """A subsample is data of the same metric (cosine rows: the unit rows, as they are), and
+    ``Data.weighing_rows`` holds exactly the rows of positive weight, in order (the data
+    itself where none weighs 0)."""
+    rng = np.random.default_rng(1)
+    X = torch.as_tensor(rng.normal(size=(100, 3)))
+    w = torch.as_tensor(rng.uniform(0.5, 2.0, size=100))
+    data = Data(X, w, metric=metric)
+    pool = Subsample(data, torch.Generator().manual_seed(0))
+    for part in (pool.take(10), pool.take(10, skip=10)):
+        assert part.metric.name == metric
+        rows = [data.X.tolist().index(r) for r in part.X.tolist()]
+        assert torch.equal(part.X, data.X[rows])  # unit rows not normalised again
+        assert torch.equal(part.w, w[rows])
+    assert data.weighing_rows() is data
+    assert Data(X).weighing_rows().X is X
+    w0 = w.clone()
+    w0[::3] = 0.0
+    weighing = Data(X, w0, metric=metric).weighing_rows()
+    keep = (w0 > 0).nonzero().squeeze(1)
+    assert weighing.metric.name == metric
+    assert torch.equal(weighing.X, data.X[keep])
+    assert torch.equal(weighing.w, w0[keep])
+    assert torch.equal(w0[::3], torch.zeros(34, dtype=w0.dtype))  # the caller's weights kept
 
 
 def test_subsample_copies_most_of_large_data_only_below_half(

@@ -524,7 +524,7 @@ def test_bounded_lloyd_passes_equal_full_passes_bit_for_bit(
     w = (rng.uniform(0.0, 3.0, size=n) if weighted else np.empty(0)).astype(dt)
     nb = kernels._blocks(n)
     none_i, none_f = np.empty(0, np.int64), np.empty(0)
-    got = _lloyd_loops.lloyd(X, C0, w, 100, 0.0, nb, False, np.inf, 0.0, none_i, none_f,
+    got = _lloyd_loops.lloyd(X, C0, w, 100, 0.0, nb, False, np.inf, 0.0, 0.0, 0, none_i, none_f,
                              none_f, none_i, none_i, 2.0**-53, False,
                              np.empty((0, 0), np.float32), none_f, np.empty((0, 0), dt))[:5]
     want = _lloyd_on_full_passes(X, C0, w, 100, nb)
@@ -547,7 +547,7 @@ def _wide_lloyd(X: np.ndarray, C0: np.ndarray, w: np.ndarray, grouped: bool,
         if grouped else none_i
     with kernels._launch(blas=True):
         return _lloyd_loops.lloyd(X, C0, w, max_iter, 0.0, kernels._blocks(n), True, np.inf,
-                                  0.0, none_i, none_f, none_f, none_i, group_of,
+                                  0.0, 0.0, 0, none_i, none_f, none_f, none_i, group_of,
                                   float(np.finfo(X.dtype).eps) / 2, False,
                                   np.empty((0, 0), np.float32), none_f,
                                   np.empty((0, 0), X.dtype))[:5]

@@ -219,13 +219,15 @@ def _labelled_J(X, C, w, labels, nb, spherical):
 
 
 @njit(cache=True, nogil=True)
-def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_upper, warm_lower,
-          moved, group_of, unit, spherical, warm_lower_g, warm_xs, warm_C):
+def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, floor, floor_after, warm_labels,
+          warm_upper, warm_lower, moved, group_of, unit, spherical, warm_lower_g, warm_xs, warm_C):
     """Lloyd iterations on bounded passes (:func:`bounded`; ``wide``: full passes of
     :func:`hard_wide`) with the stopping rules of :func:`rbfkmeans.lloyd.lloyd` (status 1), its
     give-up rule for a finite ``target`` (status 3: ``J_t - target > stall (J_{t-1} - J_t)``
     from the third iteration, ``J_t = sum_i w_i ||x_i||^2 - sum_j ||S_j||^2 / N_j`` the
-    objective of the pass's labels at their means) or ``max_iter`` (status 0), then one more
+    objective of the pass's labels at their means), from iteration ``floor_after`` on the
+    resolution rule (status 1: ``J_t <= floor sum_i w_i ||x_i||^2``; ``floor`` 0: never) or
+    ``max_iter`` (status 0), then one more
     pass at the centroids reached for their labels and ``J`` (those of :func:`hard` bit for
     bit; on grouped wide runs a bounded pass, the same labels, and ``J`` from them by
     :func:`_labelled_J`: a full pass of MNIST's 784 features against 256 centroids took
@@ -310,6 +312,7 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
         _shifts(C, warm_C, delta)
     status = 0
     iters = max_iter
+    total_sq = -1.0  # sum_i w_i ||x_i||^2 for the resolution rule, once needed
     for it in range(1, max_iter + 1):
         if grouped:
             bounded_wide(X, C, prev, lab, upper_g, lower_g, xs, delta, group_of, ngroups, unit,
@@ -354,6 +357,21 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, warm_labels, warm_up
         if same or (tol > 0.0 and shift <= tol):
             status, iters = 1, it
             break
+        if floor > 0.0 and it >= floor_after:  # J_t within rounding of 0
+            if total_sq < 0.0:  # once, O(n d): the run has made floor_after passes already
+                total_sq = total_w if spherical else _moments(X, w, np.empty(0), nb, False)
+            between = 0.0
+            for j in range(k):
+                if spherical:
+                    between += scale[j]
+                    continue
+                sq = 0.0
+                for t in range(d):
+                    sq += S[j, t] * S[j, t]
+                between += sq / N[j]
+            if total_sq - between <= floor * total_sq:
+                status, iters = 1, it
+                break
         if np.isfinite(target):
             J = moments
             for j in range(k):

@@ -219,8 +219,11 @@ def group_stats_unchecked(data: Data, C: Tensor, m: Tensor, T: float, entry: Ass
         T_crit = torch.zeros(g, dtype=torch.float64, device=dev)
         axis = torch.zeros(g, d, dtype=dt, device=dev)
         if split.numel():
-            tiny = torch.finfo(torch.float64).tiny
-            scale = m[split].double() / N[split].double().clamp(min=tiny)  # m_j / N_j
+            # m_j / N_j; 0 for a group that holds no mass (m_j / tiny would overflow to inf,
+            # and inf times its zero gain matrix is NaN): it has nothing to split
+            N_split = N[split].double()
+            scale = torch.where(N_split > 0, m[split].double() / N_split.clamp(min=1.0e-300),
+                                torch.zeros_like(N_split))
             if supports is not None:  # A_j v from the group's rows, never A_j itself
                 top_val, top = _top_eigenpairs_matrix_free(data.X, C, split, supports, scale)
             else:

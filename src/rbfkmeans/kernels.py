@@ -346,11 +346,13 @@ def group_fixed_point(X: Tensor, C: Tensor, m: Tensor, T: float, kind: str, w: T
 def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int, tol: float,
               target: float = math.inf, stall: float = 0.0,
               warm: WarmStart | None = None,
-              spherical: bool = False) -> LloydRun:
+              spherical: bool = False, floor: float = 0.0, floor_after: int = 0) -> LloydRun:
     """Lloyd iterations from ``C`` (k, d) on the rows of ``X``, all in compiled code, with the
     stopping rules of :func:`rbfkmeans.lloyd.lloyd` (labels unchanged, or ``tol > 0`` and a
     squared shift of at most ``tol``, or ``max_iter`` iterations, or, with a finite ``target``,
-    its give-up rule with ratio ``stall``), then the labels and ``J`` at the centroids reached
+    its give-up rule with ratio ``stall``, or from iteration ``floor_after`` on ``J_t`` of the
+    labels at most ``floor sum_i w_i ||x_i||^2``), then the labels and ``J`` at the centroids
+    reached
     (those of :func:`hard_pass` bit for bit); or up to the first pass that leaves a cluster
     empty, whose relocation the caller does (``finished`` False: the labels of the pass before
     that one, None if none, and no ``J``). ``warm``: the state a finished run left
@@ -383,7 +385,7 @@ def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int, tol: float,
         C_out, labels, J, it, status, upper, lower, lower_g, xs = _lloyd_loops.lloyd(
             Xn, _array(C.to(X.dtype)), _weights(w, X), int(max_iter), float(tol),
             _blocks(int(X.shape[0]), int(C.shape[0]) * int(X.shape[1])), wide, float(target),
-            float(stall), lab0, up0, lo0, moved,
+            float(stall), float(floor), int(floor_after), lab0, up0, lo0, moved,
             group_of, unit, bool(spherical), lower_g, xs, warm_C)
     finished = status != 2
     bounds: tuple[Tensor, ...] | None = None

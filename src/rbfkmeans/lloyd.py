@@ -20,6 +20,7 @@ back onto the unit sphere (spherical k-means, :mod:`rbfkmeans.metrics`).
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -32,8 +33,8 @@ from .bounds import BoundedAssignment
 from .passes import Data, Stats, check_data, cluster_stats, nearest
 from .sparse import dense
 
-__all__ = ["STALL", "LloydResult", "bounds_pay", "farthest_points", "lloyd", "mean_update",
-           "relocate_empty"]
+__all__ = ["CYCLE_WINDOW", "RESOLUTION", "RESOLUTION_AFTER", "STALL", "LloydResult",
+           "bounds_pay", "farthest_points", "lloyd", "mean_update", "relocate_empty"]
 
 #: :func:`lloyd` bounds its passes (``bounds=None``) from this many point-centroid pairs on
 BOUNDS_MIN_ENTRIES = 1 << 20
@@ -55,6 +56,18 @@ BOUNDS_OVER_KERNEL = 8
 #: 40 cut its Lloyd iterations by up to 20% with the results unchanged on 14 of 16 real sets
 #: and within 3e-4 on the others; 20 cut more but lost a kept swap on one set in five seeds)
 STALL = 40.0
+
+#: From ``RESOLUTION_AFTER`` iterations on, :func:`lloyd` also stops once ``J_t``, the
+#: objective of its labels at their means, is at most ``RESOLUTION eps sum_i w_i ||x_i||^2``
+#: (``eps`` of the data's dtype; ``sum_i w_i`` for unit rows): the rows are then within rounding
+#: of their centroids, where the distances that would move a label are rounding noise (cosine
+#: rows of nearly one direction, say: in float32 their labels wandered until ``max_iter``)
+RESOLUTION = 64
+RESOLUTION_AFTER = 20
+
+#: :func:`lloyd` stops at centroids it had within this many iterations before (a cycle:
+#: relocated centroids that take points within rounding of others and lose them again)
+CYCLE_WINDOW = 8
 
 
 @dataclass
@@ -146,7 +159,9 @@ def mean_update(data: Data, C: Tensor, st: Stats) -> tuple[Tensor, int]:
 def _lloyd_update(data: Data, C: Tensor, st: Stats) -> tuple[Tensor, int]:
     """``c_j <- S_j / N_j`` after a hard pass, empty clusters relocated as scikit-learn does: the
     ``m`` points farthest from their own centroid (farthest first) become the ``m`` empty
-    centroids and leave the sums of the clusters they came from."""
+    centroids and leave the sums of the clusters they came from. Only points that weigh
+    something are taken (one of weight 0 would leave its cluster as empty as before, and the
+    run would relocate it at every iteration); with fewer such points, fewer clusters move."""
     assert st.labels is not None
     N, S = st.N.clone(), st.S.clone()
     empty = (N == 0).nonzero().squeeze(1)
@@ -156,7 +171,10 @@ def _lloyd_update(data: Data, C: Tensor, st: Stats) -> tuple[Tensor, int]:
         for s in data.chunks(data.d):  # squared distance of each point to its own centroid
             own[s] = (data.X[s] - C[st.labels[s]]).square_().sum(dim=1)
         w = data.w if data.w is not None else torch.ones_like(own)
-        _, far_x, far_lab, far_w = _top_over_ranks(data, own, m, st.labels, w)
+        own = own.masked_fill_(w <= 0, -math.inf)  # never picked (dropped below)
+        score, far_x, far_lab, far_w = _top_over_ranks(data, own, m, st.labels, w)
+        kept = score > -math.inf
+        far_x, far_lab, far_w = far_x[kept], far_lab[kept], far_w[kept]
         for j, x, a, wx in zip(empty.tolist(), far_x, far_lab.tolist(), far_w, strict=False):
             S[a] -= wx * x
             N[a] -= wx
@@ -164,7 +182,7 @@ def _lloyd_update(data: Data, C: Tensor, st: Stats) -> tuple[Tensor, int]:
             N[j] = wx
     C_new = torch.where((N > 0).unsqueeze(1), S / N.clamp(min=torch.finfo(N.dtype).tiny)
                         .unsqueeze(1), C)
-    if m:  # a relocated centroid sits on its point, even when that point weighs nothing
+    if m:  # a relocated centroid sits on its point
         C_new[empty[: far_x.shape[0]]] = far_x
     return data.project(C_new, C), m  # cosine: the spherical update m_j / ||m_j||
 
@@ -202,7 +220,10 @@ def lloyd(
     r"""Hard Lloyd iterations ``c_j <- mean of S_j`` from ``C0`` (k, d).
 
     Stops when the labels no longer change (strict convergence: the result is a Lloyd fixed
-    point) or, if ``tol > 0``, when ``sum_j ||c_j^new - c_j||^2 <= tol``, or after ``max_iter``.
+    point) or, if ``tol > 0``, when ``sum_j ||c_j^new - c_j||^2 <= tol``, or after ``max_iter``;
+    also where rounding decides the labels (converged): when a relocation captures nothing, when
+    the centroids repeat those of one of the last ``CYCLE_WINDOW`` iterations, or when ``J`` of
+    the labels is within rounding of 0 (``RESOLUTION``).
     Same stopping rules as ``sklearn.cluster.KMeans(algorithm="lloyd")``, whose ``tol`` is in
     absolute units here (the estimator scales it by the mean feature variance). ``callback(it, C,
     stats)`` is called after each assignment pass (``stats`` with the objective at ``C``).
@@ -277,13 +298,15 @@ def lloyd(
             bounded.start_from(warm[0].bounded, C, _check_warm_rows(C_in, *warm))
     it = done = 0
     gave_up = False
+    eps = float(torch.finfo(data.X.dtype).eps)  # the resolution rule's unit
     if (bounded is None and callback is None and not comm.active and compiled_metric
             and kernels.usable(data.X, C.shape[0], scores=True)):
         # the same iterations in compiled code, up to a pass that empties a cluster
         run = kernels.lloyd_run(data.X, C, data.w, max_iter, tol,
                                 math.inf if target is None else target, STALL,
                                 None if warm is None else _warm_start(C, *warm),
-                                spherical=spherical)
+                                spherical=spherical, floor=RESOLUTION * eps,
+                                floor_after=RESOLUTION_AFTER)
         if run.finished:
             assert run.labels is not None
             return LloydResult(run.C, run.labels, run.inertia, run.n_iter, run.converged,
@@ -292,6 +315,9 @@ def lloyd(
         it = done
     moments = _moments(data, spherical) if target is not None else 0.0
     J_prev = math.inf
+    relocated = False  # whether the last update relocated an empty cluster
+    total_sq: float | None = None  # sum_i w_i ||x_i||^2, once a run is long enough to need it
+    recent: deque[Tensor] = deque(maxlen=CYCLE_WINDOW)  # the last iterations' centroids
     for it in range(done + 1, max_iter + 1):
         if bounded is not None:
             st = bounded(C)
@@ -306,16 +332,30 @@ def lloyd(
         same = labels_old is not None and bool(torch.equal(st.labels, labels_old))
         if comm.active:
             same = comm.sum_scalars(0.0 if same else 1.0)[0] == 0.0
+        # relocations that capture nothing repeat forever (duplicate points, fewer distinct
+        # points than k, points within rounding of their centroids): the labels they leave are
+        # a fixed point too. So are centroids the run had a few iterations before (each
+        # iteration is a function of the centroids alone, so the run would repeat that cycle
+        # forever, and J cannot fall along one): points within rounding of each other that
+        # relocated centroids take from their clusters and give back in turn
+        futile = same and n_empty > 0 and relocated
+        cycled = any(bool(torch.equal(C_new, c)) for c in recent)
+        recent.append(C_new)
+        relocated = n_empty > 0
         C = C_new
-        # relocations that move nothing (duplicate points, fewer distinct points than k) repeat
-        # forever: the centroids are then a fixed point too
-        if same and (n_empty == 0 or shift == 0.0):
+        if (same and (n_empty == 0 or shift == 0.0)) or futile or cycled:
             converged = True
             break
         labels_old = st.labels
         if tol > 0 and shift <= tol:
             converged = True
             break
+        if it >= RESOLUTION_AFTER:  # J_t within rounding of 0: no label is worth moving
+            if total_sq is None:
+                total_sq = moments if target is not None else _moments(data, spherical)
+            if total_sq - _between(st, spherical) <= RESOLUTION * eps * total_sq:
+                converged = True
+                break
         if target is not None:
             if n_empty:
                 J_prev = math.inf

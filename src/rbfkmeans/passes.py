@@ -148,6 +148,16 @@ class Data:
         """The weights of the rows ``s`` (None when unweighted)."""
         return None if self.w is None else self.w[s]
 
+    def weighing_rows(self) -> Data:
+        """The rows that weigh something: this data itself when unweighted or when no weight is
+        0 (nothing copied), else a copy of the rows of positive weight (the same metric, chunks
+        and processes). A random sample of them cannot weigh nothing in all."""
+        if self.w is None or bool((self.w > 0).all()):
+            return self
+        keep = (self.w > 0).nonzero().squeeze(1)
+        return Data(self.X[keep], self.w[keep], chunk_size=self.chunk_size, comm=self.comm,
+                    validate=False, metric=self.metric)
+
     def total_weight(self) -> float:
         """``sum_i w_i`` over all ranks (``n`` when unweighted)."""
         local = float(self.n) if self.w is None else float(self.w.sum(dtype=torch.float64))

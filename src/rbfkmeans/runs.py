@@ -199,8 +199,10 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
     gen = torch.Generator().manual_seed(seed)
     every = data  # all the rows; with fit_rows the centroids are fitted on a sample of them
     start = est._init_name() if init is None else init
-    if est.fit_rows is not None and sum(data.comm.counts(data.n)) > est.fit_rows:
-        data = Subsample(every, gen).take(est.fit_rows)
+    if est.fit_rows is not None:
+        pool = every.weighing_rows()  # a sample of rows that weigh nothing fits nothing
+        if sum(data.comm.counts(pool.n)) > est.fit_rows:
+            data = Subsample(pool, gen).take(est.fit_rows)
     seeding = data  # the rows a start is drawn from
     if est.fit_rows is not None and isinstance(start, str) and start == "k-means++":
         seeding = Subsample(data, gen).take(SEED_ROWS_PER_CLUSTER * est.n_clusters)
@@ -236,7 +238,7 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
     if searched and est.subsample is not None:
         rows = search_rows(est.n_clusters, data.d)
         if 2 * rows < n_total:
-            search = Subsample(data, gen).take(rows)
+            search = Subsample(data.weighing_rows(), gen).take(rows)
     if restart:
         C = initial_centers(search, est.n_clusters, "k-means++", generator=gen, seed=seed)
     assert C is not None  # annealed, drawn, or the estimator's start

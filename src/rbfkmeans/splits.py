@@ -83,9 +83,12 @@ class Subsample:
         return self._part
 
     def _rows(self, idx: Tensor) -> Data:
+        """The rows ``idx`` as data of the same metric (cosine rows are unit rows already:
+        they are read as they are)."""
         data = self.data
         w = None if data.w is None else data.w[idx]
-        return Data(data.X[idx], w, chunk_size=data.chunk_size, comm=data.comm, validate=False)
+        return Data(data.X[idx], w, chunk_size=data.chunk_size, comm=data.comm, validate=False,
+                    metric=data.metric)
 
 
 def resolution_temperature(data: Data) -> float:
@@ -281,7 +284,7 @@ def anneal_splits(
     for name, v in (("cooling", cooling), ("jump", jump), ("split_margin", split_margin)):
         if not (isinstance(v, int | float) and 0 < v < 1):
             raise ValueError(f"{name} must be a number in (0, 1); got {v!r}")
-    pool = Subsample(data, generator)
+    pool = Subsample(data.weighing_rows(), generator)
 
     def part(groups: int) -> Data:
         if points_per_group is None:

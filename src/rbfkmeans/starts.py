@@ -36,7 +36,7 @@ from .lloyd import LloydResult, lloyd
 from .passes import Data
 from .schedules import geometric_schedule
 from .seeding import initial_centers, weighted_mean
-from .splits import Subsample, anneal_splits
+from .splits import Subsample, anneal_splits, resolution_temperature
 from .subspace import Subspace, principal_subspace
 
 if TYPE_CHECKING:
@@ -170,8 +170,11 @@ def annealed(est: RBFKMeans, data: Data, C: Tensor | None, abs_tol: float, lam: 
     if est.solver == "gradient":
         step = GradientStep(est.assignment, C, optimizer=est.optimizer, max_iter=max_iter,
                             tol=abs_tol)
+    ladder = geometric_ladder(est, temps)
+    # below the data's resolution a soft pass is the hard one (and 1 / T may leave float32)
+    ladder = ladder[ladder >= resolution_temperature(data)]
     return anneal(
-        data, C, geometric_ladder(est, temps), est.assignment, step=step, max_iter=max_iter,
+        data, C, ladder, est.assignment, step=step, max_iter=max_iter,
         tol=abs_tol, perturbation=float(est.perturbation) * math.sqrt(max(lam, 0.0)),
         generator=gen, stop_gap=float(est.stop_gap), progress=tick,
     )
@@ -202,7 +205,7 @@ def race(est: RBFKMeans, search: Data, C: Tensor, gen: torch.Generator, seed: in
     _check_run(est, search, "search")
     k = est.n_clusters
     m = RACE_ROWS_PER_CLUSTER * k
-    pool = Subsample(search, gen)
+    pool = Subsample(search.weighing_rows(), gen)
     rows = pool.take(m)
     drawn_from_all = 2 * m >= pool.total
     rival = initial_centers(search if drawn_from_all else pool.take(m, skip=m), k,
