@@ -914,6 +914,25 @@ def test_rows_of_one_direction_anneal_within_float32(
     assert (X == 1000.0).all()
 
 
+def test_predict_takes_the_passes_the_fit_took(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small fit takes the torch passes while the kernels are compiled; predict took the
+    kernels, whose rounding broke the ties of rows within rounding of two centroids otherwise:
+    labels_ [0 1 0 0] against predict [0 0 0 0] on these cosine rows (the search subsample's
+    paths forced on four rows). predict takes the passes the fit took."""
+    from rbfkmeans import starts
+
+    monkeypatch.setattr(runs_mod, "SEARCH_MIN_ROWS", 8)
+    monkeypatch.setattr(runs_mod, "SEARCH_ROWS_PER_CLUSTER", 2)
+    monkeypatch.setattr(starts, "ANNEAL_WORK", 50)
+    monkeypatch.setattr(starts, "ANNEAL_MIN_ROWS", 8)
+    monkeypatch.setattr(starts, "RACE_ROWS_PER_CLUSTER", 2)
+    X = np.array([[1000.00000013, 999.99999987], [1000.00000064, 1000.0000001],
+                  [999.99999946, 1000.00000036], [1000.0000013, 1000.00000095]])
+    est = RBFKMeans(2, metric="cosine", max_swaps=0, random_state=0).fit(X)
+    assert est._kernel_passes is False  # 8 point-centroid pairs: the torch passes
+    np.testing.assert_array_equal(est.predict(X), est.labels_)
+
+
 @pytest.mark.parametrize("assignment", ["hard", "entmax15"])
 def test_samples_are_drawn_from_rows_that_weigh_something(
         assignment: str, monkeypatch: pytest.MonkeyPatch) -> None:

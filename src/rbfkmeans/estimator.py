@@ -401,7 +401,8 @@ class RBFKMeans(
         if sparse and comm.active:
             raise ValueError("sparse X is not supported under torch.distributed; got a "
                              f"{type(X).__name__} shard")
-        precompile.decide(n_total * self.n_clusters, comm)  # the kernels or the torch passes
+        # the kernels or the torch passes; predict takes the same (labels_ agree at ties)
+        self._kernel_passes = precompile.decide(n_total * self.n_clusters, comm)
         Xt = self._to_torch(X)
         # repeated rows fit as one weighted row (one process; a memmap is left as it is; with
         # fit_rows the fit draws its sample from the rows as they are)

@@ -17,6 +17,7 @@ import torch
 from sklearn.utils.validation import check_is_fitted
 from torch import Tensor
 
+from . import precompile
 from ._validation import check_temperature
 from .assignments import get_assignment
 from .distances import shifted_scores, sq_distances
@@ -65,11 +66,14 @@ class InferenceMixin:
         return frame.enter(self._to_torch(X)), frame.enter(self._centers_t())
 
     def predict(self: Any, X: Any, sample_weight: Any = None) -> np.ndarray:
-        """Index of the nearest centroid of each row of ``X`` (ties to the lowest index)."""
+        """Index of the nearest centroid of each row of ``X`` (ties to the lowest index), by the
+        passes the fit took (the kernels or torch's): on the rows of the fit, ``labels_`` also
+        where two centroids are equally near up to rounding."""
         check_is_fitted(self)
         X = self._check_X(X, reset=False)
         Xf, C = self._framed(X)
-        return to_numpy(nearest_labels(self._data(Xf), C))
+        with precompile.pinned(getattr(self, "_kernel_passes", None)):
+            return to_numpy(nearest_labels(self._data(Xf), C))
 
     def predict_proba(self: Any, X: Any, temperature: float | None = None) -> np.ndarray:
         """Memberships ``R = m(-D / 2T)`` (n, k) at ``temperature`` (default: the estimator's
