@@ -15,11 +15,11 @@ from rbfkmeans.bounds import MOVERS, MOVERS_MIN_K, BoundedAssignment
 from rbfkmeans.lloyd import (
     BOUNDS_MIN_ENTRIES,
     BOUNDS_OVER_KERNEL,
-    _lloyd_update,
     bounds_pay,
     lloyd,
 )
 from rbfkmeans.passes import Data, cluster_stats, nearest
+from rbfkmeans.relocation import hard_update
 
 
 def _blobs(seed: int, n: int, d: int, centers: int, dtype: torch.dtype = torch.float64
@@ -41,7 +41,7 @@ def _passes_equal_full_passes(data: Data, C: torch.Tensor, steps: int,
         assert torch.equal(got.labels, full.labels)
         torch.testing.assert_close(got.N, full.N, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(got.S, full.S, rtol=1e-12, atol=1e-9)
-        C, _ = _lloyd_update(data, C, full)
+        C, _ = hard_update(data, C, full)
         if leap is not None:
             leap(C)
 
@@ -183,7 +183,7 @@ def test_bounds_skip_most_points_once_labels_settle() -> None:
     bounded = BoundedAssignment(data)
     for _ in range(5):  # at the fixed point nothing moves: no point needs its k distances
         st_ = bounded(C)
-        C, _ = _lloyd_update(data, C, st_)
+        C, _ = hard_update(data, C, st_)
     assert bounded.n_full == data.n  # the first pass only
 
 

@@ -23,9 +23,10 @@ import rbfkmeans as rk
 from rbfkmeans.annealing import anneal
 from rbfkmeans.assignments import get_assignment
 from rbfkmeans.cli import main
-from rbfkmeans.lloyd import lloyd, mean_update
+from rbfkmeans.lloyd import lloyd
 from rbfkmeans.metrics import METRICS, UNIT_TOLERANCE, normalize_rows, project_rows, unit_rows
 from rbfkmeans.passes import Data, cluster_stats
+from rbfkmeans.relocation import mean_update
 from rbfkmeans.schedules import (
     MIN_MEAN_NORM,
     critical_temperature,

@@ -237,8 +237,8 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
 
     def farthest() -> Any:  # fewer candidate rows in all than asked for: no padding rows
         from rbfkmeans.comm import Comm
-        from rbfkmeans.lloyd import farthest_points
         from rbfkmeans.passes import Data
+        from rbfkmeans.relocation import farthest_points
 
         Xf = torch.tensor([[5.0, 5.0]]) if rank == 0 else torch.empty(0, 2)
         return farthest_points(Data(Xf, comm=Comm.auto()), torch.zeros(1, 2), 3).numpy()

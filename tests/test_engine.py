@@ -21,8 +21,9 @@ from scipy.special import xlogy
 from rbfkmeans import assignments as A
 from rbfkmeans.annealing import SoftLloydStep, anneal, rebalance_duplicates, soft_lloyd
 from rbfkmeans.comm import Comm
-from rbfkmeans.lloyd import farthest_points, lloyd, relocate_empty
+from rbfkmeans.lloyd import lloyd
 from rbfkmeans.passes import Data, cluster_stats, nearest
+from rbfkmeans.relocation import farthest_points, relocate_empty
 from rbfkmeans.schedules import critical_temperature_factor
 from rbfkmeans.seeding import initial_centers, kmeans_plusplus
 from rbfkmeans.streaming import macqueen_updates, minibatch_step

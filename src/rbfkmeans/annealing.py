@@ -25,8 +25,8 @@ from torch import Tensor
 
 from ._validation import check_nonnegative, check_positive_int, check_temperature
 from .assignments import Assignment, get_assignment
-from .lloyd import mean_update
 from .passes import Data, Stats, check_data, cluster_stats, nearest
+from .relocation import mean_update
 
 __all__ = [
     "AnnealResult",

@@ -31,9 +31,9 @@ from ._validation import (
 from .assignments import Assignment, get_assignment
 from .distances import sq_distances
 from .layer import KMeansLayer
-from .lloyd import _empty_tol, relocate_empty
 from .objectives import objective_from_distances
 from .passes import Data
+from .relocation import _empty_tol, relocate_empty
 
 __all__ = ["GradientStep", "gradient_step"]
 

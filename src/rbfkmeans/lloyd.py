@@ -1,4 +1,4 @@
-r"""Hard Lloyd iterations and the relocation of empty clusters.
+r"""Hard Lloyd iterations.
 
 One Lloyd iteration assigns each point to its nearest centroid and moves each centroid to the
 (weighted) mean of its points,
@@ -9,12 +9,9 @@ One Lloyd iteration assigns each point to its nearest centroid and moves each ce
     c_j \leftarrow \frac{\sum_{i \in S_j} w_i x_i}{\sum_{i \in S_j} w_i},
 
 the gradient step on ``J`` with ``eta_j = 1 / (2 |S_j|)``. A cluster left with no weight is
-relocated as scikit-learn does (``KMeans(algorithm="lloyd")``): it takes the point farthest from
-its own (old) centroid, and that point leaves its old cluster's mean. So from the same start the
-two give the same centroids. The soft solvers and the mini-batch step, whose memberships have no
-single owner, move an empty centroid to the point farthest from the other centroids
-(:func:`relocate_empty`). On a cosine :class:`~rbfkmeans.passes.Data` every update is projected
-back onto the unit sphere (spherical k-means, :mod:`rbfkmeans.metrics`).
+relocated as scikit-learn does (:mod:`rbfkmeans.relocation`), so from the same start the two give
+the same centroids. On a cosine :class:`~rbfkmeans.passes.Data` every update is projected back
+onto the unit sphere (spherical k-means, :mod:`rbfkmeans.metrics`).
 """
 
 from __future__ import annotations
@@ -28,13 +25,14 @@ import torch
 from torch import Tensor
 
 from . import kernels
-from ._validation import check_nonnegative, check_positive_int, check_vector
+from ._validation import check_nonnegative, check_positive_int
 from .bounds import BoundedAssignment
-from .passes import Data, Stats, check_data, cluster_stats, nearest
+from .passes import Data, Stats, check_data, cluster_stats
+from .relocation import hard_update
 from .sparse import dense
 
 __all__ = ["CYCLE_WINDOW", "RESOLUTION", "RESOLUTION_AFTER", "STALL", "LloydResult",
-           "bounds_pay", "farthest_points", "lloyd", "mean_update", "relocate_empty"]
+           "bounds_pay", "lloyd"]
 
 #: :func:`lloyd` bounds its passes (``bounds=None``) from this many point-centroid pairs on
 BOUNDS_MIN_ENTRIES = 1 << 20
@@ -86,105 +84,6 @@ class LloydResult:
     bounds: tuple[Tensor, ...] | None = field(default=None, repr=False)
     #: the torch passes' bounded state at ``C``, for the same use; None from the other passes
     bounded: BoundedAssignment | None = field(default=None, repr=False)
-
-
-def _top_over_ranks(data: Data, score: Tensor, m: int, *extra: Tensor) -> tuple[Tensor, ...]:
-    """The rows with the ``m`` largest ``score`` over all ranks (largest first): the scores and
-    the matching rows of ``X`` and of each ``extra`` (n, ...) tensor. Fewer when there are fewer
-    rows in all."""
-    top = score.topk(min(m, score.numel())).indices
-    picked = [score[top], dense(data.X[top]), *(t[top] for t in extra)]
-    comm = data.comm
-    if not comm.active:
-        return tuple(picked)
-    pad = m - picked[0].numel()  # every rank sends m rows; padding scores -inf
-    if pad:
-        picked[0] = torch.cat([picked[0], picked[0].new_full((pad,), -math.inf)])
-        picked[1:] = [torch.cat([t, t.new_zeros((pad, *t.shape[1:]))]) for t in picked[1:]]
-    gathered = [comm.all_gather(t) for t in picked]
-    top = gathered[0].topk(m).indices
-    top = top[gathered[0][top] > -math.inf]  # fewer than m rows in all: drop the padding
-    return tuple(t[top] for t in gathered)
-
-
-@torch.no_grad()
-def farthest_points(data: Data, C: Tensor, m: int) -> Tensor:
-    """The ``m`` points (m, d) farthest from their nearest centroid of ``C``, over all ranks,
-    farthest first (fewer when the data holds fewer rows)."""
-    m = check_positive_int(m, "m")
-    return _top_over_ranks(check_data(data), nearest(data, C).dist, m)[1]
-
-
-@torch.no_grad()
-def relocate_empty(data: Data, C_new: Tensor, empty: Tensor) -> Tensor:
-    """Move the centroids flagged in ``empty`` (k,) bool to the points farthest from the other
-    centroids of ``C_new``; returns new centroids (never NaN; the input is not modified)."""
-    C_new = check_data(data).check_centroids(C_new, "C_new")
-    check_vector(empty, "empty", C_new.shape[0])
-    if empty.dtype != torch.bool:
-        raise TypeError(f"empty must be a bool tensor; got {empty.dtype}")
-    idx = empty.nonzero().squeeze(1)
-    if idx.numel() == 0:
-        return C_new
-    keep = ~empty
-    C_out = C_new.clone()
-    if bool(keep.any()):
-        far = farthest_points(data, C_new[keep], int(idx.numel()))
-        C_out[idx[: far.shape[0]]] = far
-    return C_out
-
-
-def _empty_tol(N_total: float) -> float:
-    """Weight below which a soft cluster counts as empty."""
-    return 0.0 if N_total == 0 else 1e-12 * N_total
-
-
-def mean_update(data: Data, C: Tensor, st: Stats) -> tuple[Tensor, int]:
-    """The soft-Lloyd update ``c_j <- S_j / N_j`` from a pass's statistics; clusters with
-    ``N_j <= 1e-12 sum_j N_j`` are relocated by :func:`relocate_empty`. Returns
-    ``(C_new, number relocated)``."""
-    C = check_data(data).check_centroids(C)
-    if not isinstance(st, Stats) or st.N.shape != (C.shape[0],):
-        raise TypeError(f"st must be the Stats of a pass over data with {C.shape[0]} "
-                        f"centroids; got {type(st).__name__}")
-    empty = _empty_tol(float(st.N.sum())) >= st.N
-    C_new = st.S / st.N.clamp(min=torch.finfo(st.N.dtype).tiny).unsqueeze(1)
-    C_new = data.project(torch.where(empty.unsqueeze(1), C, C_new), C)  # cosine: m_j / ||m_j||
-    n_empty = int(empty.sum())
-    if n_empty:
-        C_new = relocate_empty(data, C_new, empty)
-    return C_new, n_empty
-
-
-def _lloyd_update(data: Data, C: Tensor, st: Stats) -> tuple[Tensor, int]:
-    """``c_j <- S_j / N_j`` after a hard pass, empty clusters relocated as scikit-learn does: the
-    ``m`` points farthest from their own centroid (farthest first) become the ``m`` empty
-    centroids and leave the sums of the clusters they came from. Only points that weigh
-    something are taken (one of weight 0 would leave its cluster as empty as before, and the
-    run would relocate it at every iteration); with fewer such points, fewer clusters move."""
-    assert st.labels is not None
-    N, S = st.N.clone(), st.S.clone()
-    empty = (N == 0).nonzero().squeeze(1)
-    m = int(empty.numel())
-    if m:
-        own = torch.empty(data.n, dtype=data.X.dtype, device=data.X.device)  # (n,)
-        for s in data.chunks(data.d):  # squared distance of each point to its own centroid
-            own[s] = (data.X[s] - C[st.labels[s]]).square_().sum(dim=1)
-        w = data.w if data.w is not None else torch.ones_like(own)
-        own = own.masked_fill_(w <= 0, -math.inf)  # never picked (dropped below)
-        score, far_x, far_lab, far_w = _top_over_ranks(data, own, m, st.labels, w)
-        kept = score > -math.inf
-        far_x, far_lab, far_w = far_x[kept], far_lab[kept], far_w[kept]
-        for j, x, a, wx in zip(empty.tolist(), far_x, far_lab.tolist(), far_w, strict=False):
-            S[a] -= wx * x
-            N[a] -= wx
-            S[j] = wx * x
-            N[j] = wx
-    C_new = torch.where((N > 0).unsqueeze(1), S / N.clamp(min=torch.finfo(N.dtype).tiny)
-                        .unsqueeze(1), C)
-    if m:  # a relocated centroid sits on its point
-        C_new[empty[: far_x.shape[0]]] = far_x
-    return data.project(C_new, C), m  # cosine: the spherical update m_j / ||m_j||
 
 
 def _compiled_metric(data: Data) -> bool:
@@ -327,7 +226,7 @@ def lloyd(
         assert st.labels is not None
         if callback is not None:
             callback(it, C, st)
-        C_new, n_empty = _lloyd_update(data, C, st)
+        C_new, n_empty = hard_update(data, C, st)
         shift = float(((C_new - C) ** 2).sum())
         same = labels_old is not None and bool(torch.equal(st.labels, labels_old))
         if comm.active:

@@ -47,8 +47,9 @@ from torch import Tensor
 
 from . import subspace
 from .hartigan import hartigan, holds_weight
-from .lloyd import LloydResult, bounds_pay, lloyd, mean_update
+from .lloyd import LloydResult, bounds_pay, lloyd
 from .passes import Data, Stats, cluster_stats
+from .relocation import mean_update
 from .seeding import initial_centers
 from .splits import Subsample
 from .starts import (

@@ -38,8 +38,8 @@ from ._validation import check_positive_int
 from .annealing import AnnealResult
 from .assignments import Assignment, get_assignment
 from .groups import GroupStats, group_stats_unchecked
-from .lloyd import relocate_empty
 from .passes import Data, check_data
+from .relocation import relocate_empty
 from .seeding import weighted_mean
 
 __all__ = ["SMALL_COPY", "Subsample", "anneal_splits"]

@@ -41,9 +41,9 @@ from ._validation import (
 from .assignments import Assignment, get_assignment
 from .comm import Comm
 from .frame import Frame
-from .lloyd import relocate_empty
 from .metrics import check_metric, get_metric
 from .passes import Data, check_data, cluster_stats
+from .relocation import relocate_empty
 from .seeding import initial_centers
 
 __all__ = [
