@@ -446,6 +446,19 @@ def test_bad_X(X: np.ndarray, match: str) -> None:
         RBFKMeans(4).fit(X)
 
 
+def test_finite_values_whose_sum_overflows_are_accepted() -> None:
+    """NaN and inf are caught by one sum of ``X`` (torch's, on every core); finite float32 values
+    whose sum overflows float32 make that sum inf too, and then scikit-learn's exact check
+    clears them: the fit runs (in a rescaled frame) as at scale 1, and predict agrees."""
+    X = (X0 * 1e37).astype(np.float32)  # |x| up to ~1e38: the sum of 270 of them overflows
+    with np.errstate(over="ignore"):
+        assert not np.isfinite(X.sum(dtype=np.float32))
+    est = RBFKMeans(4, random_state=0).fit(X)
+    ref = RBFKMeans(4, random_state=0).fit(X0.astype(np.float32))
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    np.testing.assert_array_equal(est.predict(X), est.labels_)
+
+
 @pytest.mark.parametrize(
     ("sw", "match"),
     [
