@@ -194,6 +194,17 @@ def test_farthest_points_and_relocation() -> None:
     torch.testing.assert_close(out[1], X[others.argmax()])
     with pytest.raises(ValueError, match=r"m must be an integer >= 1; got 0"):
         farthest_points(Data(X), C, 0)
+    # points of weight 0 are never taken (a centroid there would stay empty), and with fewer
+    # points of positive weight than asked for, fewer come back
+    w = torch.ones(len(X), dtype=X.dtype)
+    order = dmin.argsort(descending=True)
+    w[order[:2]] = 0.0
+    torch.testing.assert_close(farthest_points(Data(X, w), C, 3), X[order[2:5]])
+    out = relocate_empty(Data(X, w), C, empty)
+    torch.testing.assert_close(out[1], X[others.masked_fill(w == 0, -1.0).argmax()])
+    w[:] = 0.0
+    w[order[-1]] = 1.0
+    torch.testing.assert_close(farthest_points(Data(X, w), C, 3), X[order[-1:]])
 
 
 @pytest.mark.parametrize("kernels_mode", ["0", "1"])

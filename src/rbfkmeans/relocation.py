@@ -12,10 +12,11 @@ farthest from its own (old) centroid,
 and that point leaves its old cluster's mean (so from the same start the two give the same
 centroids). Only points that weigh something are taken: a centroid on a point of weight 0 stays
 empty. The soft solvers and the mini-batch step, whose memberships have no single owner, move an
-empty centroid to the point farthest from the other centroids (:func:`relocate_empty`; in the
-soft update :func:`mean_update` a cluster of weight ``N_j <= 1e-12 sum_l N_l`` counts as
-empty). Over several processes the farthest points are taken over all ranks. On a cosine
-:class:`~rbfkmeans.passes.Data` every update is projected back onto the unit sphere.
+empty centroid to the point of positive weight farthest from the other centroids
+(:func:`relocate_empty`; in the soft update :func:`mean_update` a cluster of weight
+``N_j <= 1e-12 sum_l N_l`` counts as empty). Over several processes the farthest points are
+taken over all ranks. On a cosine :class:`~rbfkmeans.passes.Data` every update is projected
+back onto the unit sphere.
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ __all__ = ["farthest_points", "hard_update", "mean_update", "relocate_empty"]
 
 
 def _top_over_ranks(data: Data, score: Tensor, m: int, *extra: Tensor) -> tuple[Tensor, ...]:
-    """The rows with the ``m`` largest ``score`` over all ranks (largest first): the scores and
-    the matching rows of ``X`` and of each ``extra`` (n, ...) tensor. Fewer when there are fewer
-    rows in all."""
+    """The rows with the ``m`` largest ``score`` over all ranks (largest first), never one
+    scored ``-inf``: the scores and the matching rows of ``X`` and of each ``extra`` (n, ...)
+    tensor. Fewer when there are fewer such rows in all."""
     top = score.topk(min(m, score.numel())).indices
+    top = top[score[top] > -math.inf]
     picked = [score[top], dense(data.X[top]), *(t[top] for t in extra)]
     comm = data.comm
     if not comm.active:
@@ -54,10 +56,14 @@ def _top_over_ranks(data: Data, score: Tensor, m: int, *extra: Tensor) -> tuple[
 
 @torch.no_grad()
 def farthest_points(data: Data, C: Tensor, m: int) -> Tensor:
-    """The ``m`` points (m, d) farthest from their nearest centroid of ``C``, over all ranks,
-    farthest first (fewer when the data holds fewer rows)."""
+    """The ``m`` points (m, d) of positive weight farthest from their nearest centroid of
+    ``C``, over all ranks, farthest first (fewer when the data holds fewer such rows: a
+    centroid moved onto a point of weight 0 would stay empty)."""
     m = check_positive_int(m, "m")
-    return _top_over_ranks(check_data(data), nearest(data, C).dist, m)[1]
+    dist = nearest(check_data(data), C).dist
+    if data.w is not None:
+        dist = dist.masked_fill(data.w <= 0, -math.inf)
+    return _top_over_ranks(data, dist, m)[1]
 
 
 @torch.no_grad()
@@ -127,10 +133,8 @@ def hard_update(data: Data, C: Tensor, st: Stats) -> tuple[Tensor, int]:
         for s in data.chunks(data.d):  # squared distance of each point to its own centroid
             own[s] = (data.X[s] - C[st.labels[s]]).square_().sum(dim=1)
         w = data.w if data.w is not None else torch.ones_like(own)
-        own = own.masked_fill_(w <= 0, -math.inf)  # never picked (dropped below)
-        score, far_x, far_lab, far_w = _top_over_ranks(data, own, m, st.labels, w)
-        kept = score > -math.inf
-        far_x, far_lab, far_w = far_x[kept], far_lab[kept], far_w[kept]
+        own = own.masked_fill_(w <= 0, -math.inf)  # never picked
+        _, far_x, far_lab, far_w = _top_over_ranks(data, own, m, st.labels, w)
         for j, x, a, wx in zip(empty.tolist(), far_x, far_lab.tolist(), far_w, strict=False):
             S[a] -= wx * x
             N[a] -= wx
