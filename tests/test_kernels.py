@@ -688,6 +688,36 @@ def test_lloyd_warm_start_checks_its_rows() -> None:
         lloyd(data, parent.C, warm=(parent, torch.arange(5)))
 
 
+def test_a_wide_run_past_the_kept_bounds_cap_keeps_none(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """A wide compiled run whose group bounds exceed ``KEPT_LOWER_BOUNDS`` (as 262,144 rows of
+    more than 128 features against 1,024 centroids would) keeps no bounds, so runs that would
+    start from it start cold and Hartigan's moves score every row: a fit with the cap that low
+    ends exactly where one that keeps them does. (Its result used to keep the group run's upper
+    bounds as if they were a narrow run's, and the swap search's warm start from it failed.)"""
+    from sklearn.datasets import make_blobs
+
+    from rbfkmeans.lloyd import distance_bounds
+
+    X, _ = make_blobs(3000, kernels.MAX_DIM + 4, centers=12, random_state=0)
+    data = Data(torch.as_tensor(X))
+    C0 = data.X[:8].clone()
+    kept = lloyd(data, C0)
+    fitted = RBFKMeans(8, random_state=0).fit(X)
+    assert kept.bounds is not None
+    assert len(kept.bounds) == 4  # the compiled wide run's group bounds
+    monkeypatch.setattr(kernels, "KEPT_LOWER_BOUNDS", 1)
+    capped = lloyd(data, C0)
+    assert capped.bounds is None
+    assert distance_bounds(capped) is None
+    assert (capped.n_iter, capped.inertia) == (kept.n_iter, kept.inertia)
+    assert torch.equal(capped.labels, kept.labels)
+    cold = RBFKMeans(8, random_state=0).fit(X)
+    assert cold.inertia_ == fitted.inertia_
+    np.testing.assert_array_equal(cold.labels_, fitted.labels_)
+    np.testing.assert_array_equal(cold.cluster_centers_, fitted.cluster_centers_)
+
+
 def test_float32_rows_are_squared_in_float64() -> None:
     """The kernels widen float32 entries to float64 before multiplying them (numba's ``float()``
     keeps float32): on points far from the origin and close to their centroid, ``J`` from the

@@ -392,7 +392,7 @@ def lloyd_run(X: Tensor, C: Tensor, w: Tensor | None, max_iter: int, tol: float,
     if finished and wide and 0 < lower_g.size <= KEPT_LOWER_BOUNDS:
         bounds = (torch.from_numpy(upper), torch.from_numpy(lower_g),
                   torch.from_numpy(group_of), torch.from_numpy(xs))
-    elif finished and upper.shape[0]:
+    elif finished and not wide and upper.shape[0]:  # (a wide run past the cap keeps none)
         bounds = (torch.from_numpy(upper), torch.from_numpy(lower))
     return LloydRun(torch.from_numpy(C_out),
                     torch.from_numpy(labels) if finished or it > 0 else None, float(J), int(it),
