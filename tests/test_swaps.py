@@ -378,6 +378,52 @@ def test_a_losing_rival_gives_up_its_polish_and_the_fit_is_unchanged(
     np.testing.assert_array_equal(raced.labels_, full.labels_)
 
 
+def test_a_rival_that_gave_up_below_the_annealed_start_is_polished_to_its_end(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The give-up rule reads ``J`` from the cluster sums, which rounding decides on rows
+    within rounding of their means: a rival's polish can give up and still end below the
+    annealed start (found by a property search on rows of one direction). Such a rival wins,
+    and is polished to its end before its polish goes on (forced here: two iterations, then
+    "given up" at half the annealed start's ``J``); it used to go on unconverged, and the fit
+    warned that its polish had not settled."""
+    import dataclasses
+
+    from sklearn.datasets import make_blobs
+
+    from rbfkmeans import starts
+
+    X, _ = make_blobs(600, 4, centers=8, random_state=0)
+    k = 6
+    est = RBFKMeans(k, random_state=0).fit(X)  # an estimator with its fit's attributes
+    data = Data(torch.as_tensor(X))
+    real = starts.lloyd
+    runs: list[LloydResult] = []
+
+    def stalling_rival(rows, C, **kwargs):  # type: ignore[no-untyped-def]
+        target = kwargs.pop("target", None)
+        if target is None:  # the annealed start's polish, or the rival's settling one
+            runs.append(real(rows, C, **kwargs))
+            return runs[-1]
+        short = real(rows, C, **dict(kwargs, max_iter=2))
+        runs.append(dataclasses.replace(short, inertia=0.5 * target, converged=False,
+                                        gave_up=True))
+        return runs[-1]
+
+    monkeypatch.setattr(starts, "lloyd", stalling_rival)
+    monkeypatch.setattr(starts, "RACE_ROWS_PER_CLUSTER", 10**6)  # the race on all the rows
+    C, polish, _ = starts.race(est, data, data.X[:k].clone(), torch.Generator().manual_seed(0),
+                               0)
+    _, rival, settled = runs  # the annealed start's polish, the rival's, its settling one
+    assert rival.gave_up
+    assert polish is settled
+    assert settled.converged
+    assert not settled.gave_up
+    assert torch.equal(C, settled.C)
+    want = real(data, rival.C, max_iter=est.max_iter, tol=0.0)
+    assert settled.inertia == want.inertia
+    assert torch.equal(settled.labels, want.labels)
+
+
 def test_an_annealing_that_wins_the_race_goes_on_unchanged(monkeypatch: pytest.MonkeyPatch
                                                            ) -> None:
     """A rival that loses the race (forced: every k-means++ centroid in one blob) leaves the

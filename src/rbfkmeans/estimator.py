@@ -409,7 +409,8 @@ class RBFKMeans(
         if sparse and comm.active:
             raise ValueError("sparse X is not supported under torch.distributed; got a "
                              f"{type(X).__name__} shard")
-        # the kernels or the torch passes; predict takes the same (labels_ agree at ties)
+        # the kernels or the torch passes; predict takes the same (labels_ agree at ties,
+        # but for the bounded passes of wide data: inference.predict)
         self._kernel_passes = precompile.decide(n_total * self.n_clusters, comm)
         Xt = self._to_torch(X)
         # repeated rows fit as one weighted row (one process; a memmap is left as it is; with

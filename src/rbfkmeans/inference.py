@@ -67,8 +67,10 @@ class InferenceMixin:
 
     def predict(self: Any, X: Any, sample_weight: Any = None) -> np.ndarray:
         """Index of the nearest centroid of each row of ``X`` (ties to the lowest index), by the
-        passes the fit took (the kernels or torch's): on the rows of the fit, ``labels_`` also
-        where two centroids are equally near up to rounding."""
+        passes the fit took (the kernels or torch's): on the rows of the fit, ``labels_``. A row
+        equally near two centroids up to rounding may take the other of them where the fit's
+        last Lloyd pass was a bounded one on wide data (more than 16 features), whose rows in
+        doubt are scored by products of other shapes: both are then nearest."""
         check_is_fitted(self)
         X = self._check_X(X, reset=False)
         Xf, C = self._framed(X)
