@@ -71,6 +71,7 @@ from ._parameters import RULES
 from .augment import check_image_shape
 from .graph import knn_graph
 from .inference import InferenceMixin
+from .inputs import as_rows, warn_if_unscaled
 from .pretrain import PretrainMixin
 from .stage import JointStageMixin
 from .start import init_centroids
@@ -308,25 +309,7 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
         return p.device if p is not None else torch.device("cpu")
 
     def _as_tensor(self, X: Any) -> Tensor:
-        if isinstance(X, Tensor):
-            Xt = X.detach()
-        else:
-            try:
-                Xt = torch.as_tensor(np.asarray(X))
-            except (TypeError, ValueError) as exc:
-                raise TypeError(
-                    f"X must be an array or tensor of numbers; got {type(X).__name__}"
-                ) from exc
-        if Xt.dim() != 2:
-            raise ValueError(f"X must be a 2-D array (n, d); got shape {tuple(Xt.shape)}")
-        if not (Xt.is_floating_point() or Xt.dtype in (torch.int32, torch.int64, torch.uint8)):
-            raise TypeError(f"X must hold real numbers; got dtype {Xt.dtype}")
-        Xt = Xt.to(device=self._device, dtype=torch.float32)
-        if not torch.isfinite(Xt).all():
-            raise ValueError("X must be finite; got NaN or inf entries")
-        if self.image_shape is not None:
-            check_image_shape(self.image_shape, Xt.shape[1])
-        return Xt
+        return as_rows(X, self._device, self.image_shape)
 
     def _params(self) -> list[Tensor]:
         params: list[Tensor] = list(self.encoder.parameters())
@@ -374,6 +357,7 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
         n, k = Xt.shape[0], self.n_clusters
         if n < k:
             raise ValueError(f"X must have at least n_clusters={k} rows; got {n}")
+        warn_if_unscaled(Xt)
         neighbors = self._neighbors(Xt) if self.n_neighbors > 0 else None  # (n, m)
         self.timings_: dict[str, float] = {"graph_s": time.perf_counter() - t0}
         t0 = time.perf_counter()

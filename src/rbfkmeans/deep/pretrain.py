@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .augment import random_affine, random_shift
+from .inputs import warn_if_unscaled
 from .losses import neighbor_contrastive_loss
 
 __all__ = ["PretrainMixin"]
@@ -56,7 +57,9 @@ class PretrainMixin:
     def pretrain(self: Any, X: Any) -> Any:
         """Train encoder and decoder on ``L_pre`` (module docstring): reconstruction plus
         ``contrastive_weight`` times the neighbour-contrastive loss, for ``pretrain_epochs``."""
-        return self._pretrain(self._as_tensor(X), None)
+        Xt = self._as_tensor(X)
+        warn_if_unscaled(Xt)
+        return self._pretrain(Xt, None)
 
     def _pretrain(self: Any, Xt: Tensor, neighbors: Tensor | None) -> Any:
         """:meth:`pretrain` on a checked ``Xt``, with its kNN graph when the caller has it."""
