@@ -201,8 +201,9 @@ def race(est: RBFKMeans, search: Data, C: Tensor, gen: torch.Generator, seed: in
     (:func:`rbfkmeans.lloyd.lloyd`'s ``target``): a rival that loses is not polished to its
     end (on MNIST's 64-dimensional PCA with k = 1,024, where the annealed start wins by 0.8%,
     the losing rival's polish had taken 41 iterations, 1.2 s of a 3.2 s race). A rival that
-    wins has not given up, so its polish is the one that goes on; one that gave up and ends
-    below all the same (on rows within rounding of their means) is polished to its end first."""
+    wins has as a rule not given up, and its polish is the one that goes on; one that gave up
+    and ends below all the same (on rows within rounding of their means) is polished to its
+    end first."""
     _check_run(est, search, "search")
     k = est.n_clusters
     m = RACE_ROWS_PER_CLUSTER * k
