@@ -24,7 +24,7 @@ densified fits, minutes each at 60,000 columns, ``--dense-repeat``), all in one 
 per seed. ``--threads`` sets torch's threads and BLAS's (threadpoolctl).
 
 Run by hand: ``python benchmarks/bench_sparse.py``; writes ``benchmarks/results/sparse.json``
-(or ``--out``); ``--table`` prints the table of docs/estimator.md from that file.
+(or ``--out``); ``--table`` prints the table of docs/embeddings.md from that file.
 """
 
 from __future__ import annotations

@@ -76,5 +76,5 @@ def test_the_table_marks_rows_not_timed_with_the_reference(bench: ModuleType) ->
 def test_the_faster_setting_is_the_documented_one(bench: ModuleType) -> None:
     assert bench.faster_setting(256) == {"assignment": "hard", "fit_rows": 65536,
                                          "max_iter": 25}
-    page = (ROOT / "docs" / "estimator.md").read_text()
+    page = (ROOT / "docs" / "embeddings.md").read_text()
     assert 'RBFKMeans(k, assignment="hard", fit_rows=256 * k, max_iter=25)' in page

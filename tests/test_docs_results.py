@@ -1,9 +1,9 @@
 """The figures in the docs come from the committed results files: the deep-clustering table of
 docs/deep-clustering.md is exactly what ``benchmarks/bench_deep.py --table`` renders from
 ``benchmarks/results/deep.json``, the quality and time table of docs/estimator.md what
-``benchmarks/bench_fit.py --table`` renders from ``benchmarks/results/fit.json``, its
-embeddings table what ``benchmarks/bench_embeddings.py --table`` renders from
-``benchmarks/results/embeddings.json``, its sparse-input table what
+``benchmarks/bench_fit.py --table`` renders from ``benchmarks/results/fit.json``, the
+embeddings table of docs/embeddings.md what ``benchmarks/bench_embeddings.py --table`` renders
+from ``benchmarks/results/embeddings.json``, its sparse-input table what
 ``benchmarks/bench_sparse.py --table`` renders from ``benchmarks/results/sparse.json``."""
 
 from __future__ import annotations
@@ -149,21 +149,21 @@ def test_estimator_docs_quote_the_new_photograph_samples_and_all_row_annealing()
     assert f"but {sets} of the {n_sets} new photograph sets ({seeds} of {n_seeds} seeds)" in page
 
 
-def test_estimator_docs_embeddings_table_equals_the_committed_results(
+def test_embeddings_docs_table_equals_the_committed_results(
         load_benchmark: Callable[[str], ModuleType]) -> None:
     bench = load_benchmark("bench_embeddings")
     results = json.loads((ROOT / "benchmarks" / "results" / "embeddings.json").read_text())
-    page = (ROOT / "docs" / "estimator.md").read_text()
+    page = (ROOT / "docs" / "embeddings.md").read_text()
     assert _generated(page, bench) == bench.table(results)
     assert set(results["workloads"]) == set(bench.WORKLOADS)
     assert not results["quick"]
 
 
-def test_estimator_docs_sparse_table_equals_the_committed_results(
+def test_embeddings_docs_sparse_table_equals_the_committed_results(
         load_benchmark: Callable[[str], ModuleType]) -> None:
     bench = load_benchmark("bench_sparse")
     results = json.loads((ROOT / "benchmarks" / "results" / "sparse.json").read_text())
-    page = (ROOT / "docs" / "estimator.md").read_text()
+    page = (ROOT / "docs" / "embeddings.md").read_text()
     assert _generated(page, bench) == bench.table(results)
     summary = results["summary"]
     flat = " ".join(page.split())

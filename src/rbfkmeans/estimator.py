@@ -159,7 +159,7 @@ class RBFKMeans(
         folded first. ``256 k`` is faiss's default sample; ``None``: every row, and the result
         is a Lloyd fixed point of the data. The documented faster setting for embeddings is
         faiss's recipe from k-means++ starts, ``RBFKMeans(k, assignment="hard",
-        fit_rows=256 * k, max_iter=25)`` (docs/estimator.md, "Clustering embeddings").
+        fit_rows=256 * k, max_iter=25)`` (docs/embeddings.md, "The two settings").
     T_start : float, optional
         First temperature; default ``1.2 T_c`` (geometric) or ``0.8 T_c`` (splits), with ``T_c``
         the first critical temperature (``lambda_max(Cov X)`` for softmax,
