@@ -264,6 +264,75 @@ def test_squares_beyond_float64_are_refused_by_name() -> None:
         rk.RBFKMeans(3).fit(X)
 
 
+@pytest.mark.parametrize("method", ["predict", "predict_proba", "transform", "score"])
+def test_rows_beyond_float64_at_inference_are_refused_by_name(method: str) -> None:
+    """Rows far beyond the training data gave infinite distances (``transform``), NaN
+    memberships (``predict_proba``), ``-inf`` (``score``) and arbitrary labels (``predict``);
+    rows whose distances fit but whose sum would not (``score``) too. Spherical fits read the
+    rows' directions only, whatever their size."""
+    X = _blobs(7, n=60)
+    est = rk.RBFKMeans(3, random_state=0).fit(X)
+    before = _state(est)
+    for far in (X * 1e300, np.repeat(X * 1e152, 10, axis=0)):
+        if method != "score" and far.shape[0] > X.shape[0]:
+            getattr(est, method)(far)  # each distance is finite: no error
+            continue
+        with pytest.raises(ValueError, match=r"^X lies too far from the centroids for "
+                                             r"torch\.float64: its squared distances overflow"):
+            getattr(est, method)(far)
+    assert _same(_state(est), before)
+    cos = rk.RBFKMeans(3, metric="cosine", random_state=0).fit(X)
+    out = np.asarray(getattr(cos, method)(X * 1e300))
+    assert np.isfinite(out).all()
+    assert np.allclose(out, np.asarray(getattr(cos, method)(X)))
+
+
+def test_online_batches_beyond_float64_are_refused_and_leave_the_model() -> None:
+    """A later ``partial_fit`` batch of 1e160 left ``inertia_`` NaN; a ``fit_batches`` batch of
+    1e300 after ordinary ones left ``inertia_`` infinite and the centres NaN, silently."""
+    X = _blobs(8, n=60)
+    est = rk.RBFKMeans(3, random_state=0).fit(X)
+    before = _state(est)
+    with pytest.raises(ValueError, match=r"^X lies too far from the centroids"):
+        est.partial_fit(X[:10] * 1e160)
+    assert _same(_state(est), before)
+    with pytest.raises(ValueError, match=r"^batches: a batch lies too far"):
+        est.fit_batches([X[:30], X[30:] * 1e300])
+    assert _same(_state(est), before)
+
+
+def test_set_params_with_an_unknown_name_changes_nothing() -> None:
+    """scikit-learn's ``set_params`` sets the parameters one by one: ``n_clusters`` was 5
+    after the call that raised on ``bogus``."""
+    est = rk.RBFKMeans(3, tol=1e-3)
+    with pytest.raises(ValueError, match="bogus"):
+        est.set_params(n_clusters=5, tol=0.5, bogus=1)
+    assert (est.n_clusters, est.tol) == (3, 1e-3)
+    assert est.set_params(n_clusters=5).n_clusters == 5
+
+
+def test_quantizer_inputs_beyond_its_dtype_are_refused_before_any_change() -> None:
+    """``VectorQuantizer`` returned an infinite loss for finite float32 ``z`` of 1e20 (the
+    squared terms overflow) and still took its training step (the codebook moved to 1e19)."""
+    torch.manual_seed(0)
+    Z = torch.randn(64, 4)
+    vq = rk.VectorQuantizer(4, 8)
+    vq.train()
+    vq(Z)
+    state = {k: v.clone() for k, v in vq.state_dict().items() if isinstance(v, torch.Tensor)}
+    for z in (Z * 1e20, Z.double() * 1e160):
+        with pytest.raises(ValueError, match=r"^z lies too far from the centroids for torch"):
+            vq(z)
+    after = {k: v for k, v in vq.state_dict().items() if isinstance(v, torch.Tensor)}
+    assert all(torch.equal(state[k], after[k]) for k in state)
+    fresh = rk.VectorQuantizer(4, 8)
+    fresh.train()
+    with pytest.raises(ValueError, match=r"^z lies too far"):
+        fresh(Z * 1e20)
+    assert not bool(fresh.initialized)
+    assert torch.isfinite(vq(Z * 1e15)[2])  # large but within float32's reach
+
+
 # -- extreme weights and temperatures: the work does not grow with them -----------------------
 
 @pytest.mark.parametrize("kwargs", [

@@ -137,14 +137,33 @@ def anneal(
     Stops after the first temperature where every membership is one-hot, or where the relaxation
     gap ``(J - F_T) / J`` is at most ``stop_gap`` (``stop_when_hard``). Autograd stays enabled
     for the step (the gradient solver needs it); the driver itself records no graph.
+
+    ``temperatures`` is one temperature or a 1-D sequence of finite temperatures ``>= 0`` that
+    never rise. An empty one runs nothing and returns ``C0`` (a copy) with no temperatures: the
+    estimator's ladder is empty where it starts below the data's resolution.
     """
     check_data(data)
     entry = get_assignment(assignment)
     if entry.hard:
         raise ValueError("anneal needs a soft assignment (softmax, entmax15, sparsemax); "
                          f"got assignment={entry.name!r}")
-    temps = [check_temperature(T, "temperatures")
-             for T in np.asarray(temperatures, dtype=np.float64).ravel().tolist()]
+    if isinstance(temperatures, str | bytes) or temperatures is None:
+        raise TypeError(f"temperatures must be a 1-D sequence of numbers; got "
+                        f"{type(temperatures).__name__} {temperatures!r}")
+    try:
+        ladder = np.asarray(temperatures, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"temperatures must be a 1-D sequence of numbers; got "
+                        f"{temperatures!r}") from None
+    if ladder.ndim > 1:
+        raise ValueError(f"temperatures must be 1-D (hot to cold); got shape {ladder.shape}")
+    temps = [check_temperature(T, "temperatures") for T in ladder.ravel().tolist()]
+    rising = [i for i in range(1, len(temps)) if temps[i] > temps[i - 1]]
+    if rising:
+        i = rising[0]
+        raise ValueError(f"temperatures must not increase (annealing cools, hot to cold); got "
+                         f"temperatures[{i - 1}]={temps[i - 1]!r} < temperatures[{i}]="
+                         f"{temps[i]!r}")
     perturbation = _check_tol(perturbation, "perturbation")
     stop_gap = _check_tol(stop_gap, "stop_gap")
     merge_tol = _check_tol(merge_tol, "merge_tol")

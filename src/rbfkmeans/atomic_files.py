@@ -6,19 +6,24 @@ existing files. :func:`write_outputs` writes each file to a temporary next to it
 moves the temporaries onto the targets; on any failure, an interrupt included, the folder is left
 as it was: temporaries and outputs already moved are removed, the files they replaced are put
 back (kept meanwhile as hard links, or renamed where there are none) and folders made for them
-are removed. Problems are :class:`OutputError`, one line each.
+are removed. A command that writes a whole report folder (``reproduce``, ``deep-cluster``,
+``vq``) writes it into :func:`staged_folder`'s temporary folder, whose files are moved into the
+report folder the same way once the command has succeeded. Problems are :class:`OutputError`,
+one line each.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
-__all__ = ["OutputError", "Writer", "check_out", "check_targets", "write_outputs"]
+__all__ = ["OutputError", "Writer", "check_out", "check_report_folder", "check_targets",
+           "staged_folder", "write_outputs"]
 
 Writer = Callable[[IO[bytes]], None]
 """Writes one output's bytes to an open binary file."""
@@ -28,9 +33,22 @@ class OutputError(ValueError):
     """A problem with the output files or their folder, reported as one line."""
 
 
-def check_out(out: Path) -> None:
-    """Raise unless ``out`` is a writable folder or can be created as one: its nearest existing
-    ancestor must be a writable folder."""
+def as_path(value: object, name: str) -> Path:
+    """``value`` (a ``str`` or an ``os.PathLike``) as a :class:`~pathlib.Path`, else raise
+    ``TypeError`` naming ``name``."""
+    if isinstance(value, Path):
+        return value
+    if isinstance(value, str) or (isinstance(value, os.PathLike)
+                                  and isinstance(os.fspath(value), str)):
+        return Path(value)
+    raise TypeError(f"{name} must be a path (str or os.PathLike); got "
+                    f"{type(value).__name__} {value!r}")
+
+
+def check_out(out: Path | str) -> None:
+    """Raise unless ``out`` (a path or a str) is a writable folder or can be created as one: its
+    nearest existing ancestor must be a writable folder."""
+    out = as_path(out, "out")
     folder = out.absolute()
     while not os.path.lexists(folder) and folder != folder.parent:
         folder = folder.parent
@@ -40,8 +58,11 @@ def check_out(out: Path) -> None:
         raise OutputError(f"{folder}: permission denied, cannot write the outputs into {out}")
 
 
-def check_targets(targets: Sequence[Path], source: Path, force: bool) -> None:
-    """Raise if a target is a folder or the input ``source``, or, without ``force``, exists."""
+def check_targets(targets: Sequence[Path | str], source: Path | str, force: bool) -> None:
+    """Raise if a target is a folder or the input ``source``, or, without ``force``, exists.
+    Paths may be given as str."""
+    targets = _paths(targets, "targets")
+    source = as_path(source, "source")
     existing = [t for t in targets if os.path.lexists(t)]
     for target in existing:
         if target.is_dir():
@@ -61,12 +82,33 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def write_outputs(targets: Sequence[Path], writers: Sequence[Writer], source: Path,
-                  force: bool) -> None:
+def _paths(targets: object, name: str) -> list[Path]:
+    """A sequence of paths (or str) as a list of :class:`~pathlib.Path`, else raise naming
+    ``name``."""
+    if isinstance(targets, str | bytes | os.PathLike) or not isinstance(targets, Sequence):
+        raise TypeError(f"{name} must be a sequence of paths; got {type(targets).__name__} "
+                        f"{targets!r}")
+    return [as_path(t, f"{name}[{i}]") for i, t in enumerate(targets)]
+
+
+def write_outputs(targets: Sequence[Path | str], writers: Sequence[Writer],
+                  source: Path | str, force: bool) -> None:
     """Write each output with its writer to a temporary file next to its target (all targets
     share one folder), then move the temporaries onto the targets. On any failure the folder is
     left as it was: temporaries and outputs already moved are removed, files they replaced
-    (``force``) are put back, and folders made for them are removed."""
+    (``force``) are put back, and folders made for them are removed. ``targets`` must be
+    non-empty, in one folder, with one writer each (``ValueError`` naming them otherwise)."""
+    targets = _paths(targets, "targets")
+    source = as_path(source, "source")
+    if not targets:
+        raise ValueError("targets must name at least one output file; got an empty sequence")
+    if isinstance(writers, str | bytes) or not isinstance(writers, Sequence) \
+            or len(writers) != len(targets) or not all(callable(f) for f in writers):
+        raise ValueError(f"writers must be {len(targets)} callables, one per target; got "
+                         f"{writers!r}")
+    if len({t.parent for t in targets}) > 1:
+        raise ValueError(f"targets must share one folder; got "
+                         f"{sorted({str(t.parent) for t in targets})}")
     created = _make_folders(targets[0].parent)
     temporaries: list[Path] = []
     try:
@@ -80,6 +122,57 @@ def write_outputs(targets: Sequence[Path], writers: Sequence[Writer], source: Pa
         for folder in reversed(created):
             _remove_folder(folder)
         raise
+
+
+def check_report_folder(out: Path | str, force: bool) -> None:
+    """Raise unless ``out`` can take a command's report: a folder that exists or can be made
+    (:func:`check_out`) and, without ``force``, holds nothing yet, so that no file the command
+    did not write in this run is replaced unless asked."""
+    out = as_path(out, "out")
+    check_out(out)
+    if os.path.lexists(out) and not out.is_dir():
+        raise OutputError(f"{out}: is a file, cannot write a report folder there")
+    if not force and out.is_dir() and any(out.iterdir()):
+        raise OutputError(f"{out} already holds files; pass --force to write the report over "
+                          "them, or choose another folder")
+
+
+@contextlib.contextmanager
+def staged_folder(out: Path | str, force: bool) -> Iterator[Path]:
+    """A report folder written all or none. Checks ``out`` (:func:`check_report_folder`), then
+    yields a new temporary folder next to it for the command to write its files into; when the
+    block ends without error they are moved into ``out`` (made if need be) all or none, files
+    of the same names there replaced only with ``force``. On any failure, an interrupt
+    included, the temporary folder is removed and ``out`` is left as it was."""
+    out = as_path(out, "out")
+    check_report_folder(out, force)
+    created = _make_folders(out.parent)
+    try:
+        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    except OSError as exc:
+        for folder in reversed(created):
+            _remove_folder(folder)
+        raise OutputError(f"{out}: cannot write ({_reason(exc)})") from None
+    try:
+        yield stage
+        files = sorted(stage.iterdir())
+        if any(f.is_symlink() or not f.is_file() for f in files):
+            raise OutputError(f"{out}: a report holds plain files only")
+        created += _make_folders(out)
+        targets = [out / f.name for f in files]
+        existing = [t for t in targets if os.path.lexists(t)]
+        if any(t.is_dir() for t in existing):
+            raise OutputError(f"{out}: a folder there has the name of a report file")
+        if existing and not force:  # one appeared while the command ran
+            raise OutputError(f"{', '.join(map(str, existing))} appeared while the report was "
+                              "written; pass --force to overwrite")
+        _commit(files, targets)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        for folder in reversed(created):
+            _remove_folder(folder)
+        raise
+    shutil.rmtree(stage, ignore_errors=True)
 
 
 def _commit(temporaries: Sequence[Path], targets: Sequence[Path]) -> None:

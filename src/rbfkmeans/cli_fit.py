@@ -36,7 +36,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ._parameters import SCHEDULES
 from .assignments import ASSIGNMENTS
-from .atomic_files import Writer, check_out, check_targets, write_outputs
+from .atomic_files import Writer, as_path, check_out, check_targets, write_outputs
 from .metrics import METRICS
 from .table_file import check_input, is_npy, one_line, parse_delimiter, read_matrix
 
@@ -99,10 +99,11 @@ def _n_init(text: str) -> int | str:
 # -- the outputs -------------------------------------------------------------------------------
 
 
-def output_paths(path: Path, out: Path) -> list[Path]:
+def output_paths(path: Path | str, out: Path | str) -> list[Path]:
     """The outputs of input ``path`` in folder ``out``: ``<stem>_labels``, ``<stem>_memberships``,
     ``<stem>_centers``, each with ``.npy`` for a ``.npy`` input, else ``.csv``; ``<stem>`` is the
-    input's name less its last suffix only."""
+    input's name less its last suffix only. Either may be given as a str."""
+    path, out = as_path(path, "path"), as_path(out, "out")
     ext = ".npy" if is_npy(path) else ".csv"
     return [out / f"{path.stem}_{what}{ext}" for what in OUTPUTS]
 

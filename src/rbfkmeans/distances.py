@@ -107,6 +107,16 @@ def sq_distances(
         Rows per chunk. The result is (n, k) in any case; chunking bounds the temporaries.
 
     Differentiable in ``X`` and ``C`` (autograd through the matrix product).
+
+    Only shapes and dtypes are checked: this is the distance of every forward step of the
+    layer and of the quantizer, where a scan of the inputs or of the result would cost about
+    as much as the distances themselves (and a device synchronisation per step). So NaN or inf
+    in ``X`` or ``C`` give NaN or inf distances, and finite entries whose squares overflow the
+    computing dtype (``|x - c|`` beyond about ``1.8e19`` in float32, ``1.3e154`` in float64)
+    give inf (or NaN where two overflows cancel). The callers that need a checked value check:
+    the objectives of :mod:`rbfkmeans.objectives` (float32 falls back to float64, beyond
+    float64 ``ValueError`` names ``X``) and the estimator (which refuses such data naming ``X``
+    and fits in a rescaled frame, :mod:`rbfkmeans.frame`).
     """
     check_matrix(X, "X", "(n, d)")
     check_matrix(C, "C", "(k, d)")

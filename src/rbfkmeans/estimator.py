@@ -293,6 +293,12 @@ class RBFKMeans(
         self.dtype = dtype
         self.verbose = verbose
 
+    def set_params(self, **params: Any) -> RBFKMeans:
+        """scikit-learn's ``set_params``, all or none: a call that raises (an unknown name)
+        leaves every parameter as it was (scikit-learn's sets them one by one)."""
+        with restored_on_failure(self):
+            return super().set_params(**params)
+
     # -- validation and conversion ------------------------------------------------------------
     def _check_params(self) -> None:
         for name, (rule, ok) in PARAMETERS.items():

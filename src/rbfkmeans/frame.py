@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ._validation import check_nonnegative, check_tensor
 from .distances import chunk_rows, iter_chunks
 from .sparse import SparseRows, is_sparse
 
@@ -56,14 +57,21 @@ class Frame:
     of the data it was chosen for (in the data's units; None when not computed).
     :meth:`enter` maps data or centroids into the frame, :meth:`leave` maps centroids back,
     :meth:`sq_to` and :meth:`sq_from` convert squared quantities (distances, objectives,
-    temperatures).
+    temperatures). ``shift`` is None or a real 1-D tensor, ``exponent`` an integer, ``trace``
+    None or a finite number ``>= 0`` (else ``TypeError`` / ``ValueError`` naming it).
     """
 
     def __init__(self, shift: Tensor | None = None, exponent: int = 0,
                  trace: float | None = None) -> None:
+        if shift is not None and check_tensor(shift, "shift").dim() != 1:
+            raise ValueError(f"shift must be a 1-D tensor (d,); got shape {tuple(shift.shape)}")
+        if isinstance(exponent, bool) or not isinstance(exponent, int | np.integer):
+            raise TypeError(f"exponent must be an integer; got {type(exponent).__name__} "
+                            f"{exponent!r}")
         self.shift = shift
         self.exponent = int(exponent)
-        self.trace = trace  # sum w ||x - mu||^2 / sum w of the data it was chosen for
+        # sum w ||x - mu||^2 / sum w of the data it was chosen for
+        self.trace = None if trace is None else check_nonnegative(trace, "trace")
 
     @property
     def identity(self) -> bool:

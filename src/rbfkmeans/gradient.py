@@ -18,15 +18,21 @@ driver, chunk by chunk and summed over ranks.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from ._validation import (
+    check_finite,
     check_matrix,
     check_nonnegative,
     check_positive_int,
+    check_real,
     check_temperature,
+    check_tensor,
+    check_vector,
+    compute_dtype,
 )
 from .assignments import Assignment, get_assignment
 from .distances import sq_distances
@@ -54,8 +60,14 @@ def gradient_step(
     ``objective="bare"`` differentiates ``sum_ij w_i r_ij d_ij`` with ``R`` depending on ``C``
     but no entropy term, which is *not* ``2 N_j (c_j - m_j)`` at finite ``T``.
     With ``lr=None`` the per-cluster step ``eta_j = 1 / (2 N_j)`` is used, which makes the step
-    land on ``m_j`` (the soft-Lloyd update; Lloyd's update when hard). Returns
+    land on ``m_j`` (the soft-Lloyd update; Lloyd's update when hard). ``lr`` is a finite
+    number ``>= 0`` or a tensor of such rates that broadcasts to ``C``'s shape (per cluster:
+    ``(k, 1)``). Integer and float16/bfloat16 ``X`` and ``C`` are computed in float32, the
+    distances in the two's common dtype, and ``sample_weight`` in that. Returns
     ``(C_new, grad, N)``.
+
+    Only shapes and dtypes are checked (the annealing's gradient solver calls this per chunk
+    and iteration): ``X``, ``C`` and ``sample_weight`` must be finite, the weights ``>= 0``.
     """
     entry = get_assignment(assignment)
     T = check_temperature(T, "T")
@@ -64,9 +76,15 @@ def gradient_step(
         raise ValueError("X must have at least one row; got shape (0, d)")
     if objective not in ("relaxed", "bare"):
         raise ValueError(f"objective must be 'relaxed' or 'bare'; got {objective!r}")
-    w = 1 if sample_weight is None else sample_weight
+    if sample_weight is not None:
+        check_vector(sample_weight, "sample_weight", X.shape[0])
+    lr = _check_lr(lr, C)
+    X, C = X.to(compute_dtype(X.dtype)), C.to(compute_dtype(C.dtype))  # float32/64: as they are
     Cp = C.detach().clone().requires_grad_(True)
     D = sq_distances(X, Cp)  # (n, k); validates shapes
+    if sample_weight is not None:
+        sample_weight = sample_weight.to(device=D.device, dtype=D.dtype)
+    w = 1 if sample_weight is None else sample_weight
     hard = entry.hard or T == 0.0
     if hard:
         # J = sum_i w_i sum_j r_ij d_ij with R piecewise constant: its gradient is the same
@@ -83,7 +101,7 @@ def gradient_step(
             if hard
             else entry.forward(D / (-2.0 * T), dim=1)
         )
-        w_vec = torch.ones(X.shape[0], dtype=X.dtype, device=X.device) if sample_weight is None \
+        w_vec = torch.ones(X.shape[0], dtype=D.dtype, device=X.device) if sample_weight is None \
             else sample_weight
         N = w_vec @ R  # (k,)
         if lr is None:
@@ -92,6 +110,26 @@ def gradient_step(
         else:
             C_new = C - lr * grad
     return C_new.detach(), grad.detach(), N
+
+
+def _check_lr(lr: Any, C: Tensor) -> float | Tensor | None:
+    """``lr`` as given (None), a float, or a real tensor broadcasting to ``C``'s shape; finite
+    and ``>= 0`` (a tensor of rates is small: at most ``C``'s size), else raise naming it."""
+    if lr is None:
+        return None
+    if isinstance(lr, Tensor) and lr.numel() != 1:
+        check_tensor(lr, "lr")
+        try:
+            shape = torch.broadcast_shapes(lr.shape, C.shape)
+        except RuntimeError:
+            shape = None
+        if shape != C.shape:
+            raise ValueError(f"lr must be a number or a tensor that broadcasts to C's shape "
+                             f"{tuple(C.shape)}; got shape {tuple(lr.shape)}")
+        if not bool((torch.isfinite(lr) & (lr >= 0)).all()):
+            raise ValueError(f"lr must be finite and >= 0; got {lr.tolist()}")
+        return lr
+    return check_real(lr, "lr", minimum=0.0)
 
 
 class GradientStep:
@@ -118,6 +156,7 @@ class GradientStep:
         tol: float = 0.0,
     ) -> None:
         self.assignment = get_assignment(assignment)
+        check_finite(check_matrix(C0, "C0", "(k, d)"), "C0")  # (k, d): small
         self.layer = KMeansLayer(C0, temperature=1.0, assignment=self.assignment.name)
         self.opt = optimizer(self.layer.parameters()) if optimizer is not None else None
         self.max_iter = check_positive_int(max_iter, "max_iter")

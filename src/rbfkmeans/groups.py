@@ -53,7 +53,7 @@ from . import kernels
 from ._validation import check_matrix, check_temperature, check_tensor
 from .assignments import Assignment, get_assignment
 from .distances import chunk_rows, row_norms_sq
-from .passes import Data, check_data
+from .passes import Data, check_data, check_hard_tol
 from .spread import top_eigenpair
 
 __all__ = ["GroupStats", "group_memberships", "group_stats"]
@@ -64,8 +64,10 @@ def _check_multiplicities(m: Tensor, g: int) -> Tensor:
     if m.shape != (g,):
         raise ValueError(f"m (the multiplicities) must be a tensor of shape ({g},); got "
                          f"{tuple(m.shape)}")
-    if bool((m < 1).any()) or bool((m != m.round()).any()):
-        raise ValueError(f"m (the multiplicities) must be integers >= 1; got {m.tolist()}")
+    # one reduction over the g multiplicities: NaN fails ``m >= 1``, inf the finite test
+    if not bool((torch.isfinite(m) & (m >= 1) & (m == m.round())).all()):
+        raise ValueError(f"m (the multiplicities) must be integers >= 1; got "
+                         f"{m.tolist()}")
     return m
 
 
@@ -80,11 +82,13 @@ def _threshold_memberships(Z: Tensor, m: Tensor, a: float, power: int) -> Tensor
     mass at ``t = y_j`` is ``f_j = sum_i m_i [y_j - y_i]_+^power`` (nondecreasing in ``y_j``),
     the support is ``{j : f_j < 1}``, and its sums give ``t`` in closed form."""
     md = m.double()
-    Y_all = a * (Z.amax(dim=1, keepdim=True) - Z)  # (b, g) >= 0
+    zmax = Z.amax(dim=1, keepdim=True)  # (b, 1); NaN where a row holds NaN
+    Y_all = a * (zmax - Z)  # (b, g) >= 0
     # only gaps below 1 can be in the support (t <= 1); a row with one such entry is one-hot
     cand = (Y_all < 1.0).sum(dim=1)  # (b,)
     Q = torch.zeros_like(Z)
     Q.scatter_(1, Y_all.argmin(dim=1, keepdim=True), 1.0)
+    Q.add_(zmax * 0.0)  # a row with NaN scores is NaN, as the mappings give it (not one-hot)
     rows = (cand > 1).nonzero().squeeze(1)
     if rows.numel() == 0:
         return Q
@@ -106,13 +110,16 @@ def _threshold_memberships(Z: Tensor, m: Tensor, a: float, power: int) -> Tensor
 
 def group_memberships(Z: Tensor, m: Tensor, assignment: str | Assignment) -> Tensor:
     """Group memberships ``Q`` (b, g) (module docstring) from scores ``Z`` (b, g), any per-row
-    shift of ``-D / 2T``, and integer multiplicities ``m`` (g,). ``Z`` is not modified."""
+    shift of ``-D / 2T``, and integer multiplicities ``m`` (g,). ``Z`` is not modified. A row
+    of ``Z`` holding NaN gives a row of NaN (as :mod:`rbfkmeans.mappings` does); ``Z`` is not
+    scanned otherwise (the passes call this per chunk)."""
     entry = get_assignment(assignment)
     check_matrix(Z, "Z", "(b, g)")
     m = _check_multiplicities(m, Z.shape[1])
     g = Z.shape[1]
     if entry.hard:
-        return torch.nn.functional.one_hot(Z.argmax(dim=1), g).to(Z.dtype)
+        Q = torch.nn.functional.one_hot(Z.argmax(dim=1), g).to(Z.dtype)
+        return Q.add_(Z.amax(dim=1, keepdim=True) * 0.0)  # NaN rows stay NaN
     if entry.name == "softmax":
         return torch.softmax(Z + m.to(Z.dtype).log(), dim=1)
     if g <= _PAIRWISE_GROUPS:
@@ -185,6 +192,7 @@ def group_stats(
                          f"assignment={entry.name!r}")
     C = data.check_centroids(C)
     m = _check_multiplicities(check_tensor(m, "m").to(C.device), C.shape[0])
+    hard_tol = check_hard_tol(hard_tol)
     return group_stats_unchecked(data, C, m, T, entry, objective, critical, hard_tol)
 
 

@@ -137,7 +137,20 @@ def _singletons_exact(data: Data, N: Tensor, labels: Tensor) -> Tensor:
 def holds_weight(data: Data, labels: Tensor, k: int) -> bool:
     """Whether every one of the ``k`` clusters of ``labels`` holds weight (over all ranks): the
     partitions :func:`hartigan` starts from (fewer distinct points than ``k`` leave some
-    empty)."""
+    empty). ``labels`` is an int64 tensor (n,) of cluster indices in ``[0, k)``, ``k >= 1``,
+    else ``ValueError`` naming them (one ``aminmax`` of the labels, as cheap as the sum that
+    reads them anyway: this is called once per round of moves, not per pass)."""
+    data = check_data(data)
+    k = check_positive_int(k, "k")
+    if not isinstance(labels, Tensor) or labels.shape != (data.n,) or labels.dtype != torch.long:
+        raise ValueError(f"labels must be an int64 tensor of shape ({data.n},); got "
+                         f"{getattr(labels, 'dtype', type(labels).__name__)} "
+                         f"{tuple(getattr(labels, 'shape', ()))}")
+    if data.n:
+        lo, hi = (int(v) for v in torch.aminmax(labels))
+        if lo < 0 or hi >= k:
+            raise ValueError(f"labels must be cluster indices in [0, {k}) (k={k}); got "
+                             f"{lo if lo < 0 else hi}")
     N = torch.zeros(k, dtype=torch.float64, device=labels.device)
     w = torch.ones(data.n, dtype=torch.float64, device=labels.device) if data.w is None \
         else data.w.to(torch.float64)

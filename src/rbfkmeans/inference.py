@@ -10,6 +10,7 @@ conversion helpers.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -28,12 +29,41 @@ from .metrics import cosine_similarity, get_metric, normalize_rows
 from .passes import cluster_stats, nearest_labels
 from .sparse import SparseRows, is_sparse
 
-__all__ = ["InferenceMixin", "to_numpy"]
+__all__ = ["InferenceMixin", "check_reach", "to_numpy"]
 
 
 def _sq_distances(X: Tensor | SparseRows, C: Tensor) -> Tensor:
     """``||x_i - c_j||^2`` (b, k) of a chunk of rows, dense or sparse."""
     return X.sq_distances(C) if isinstance(X, SparseRows) else sq_distances(X, C)
+
+
+def check_reach(Xf: Tensor | SparseRows, C: Tensor, exponent: int = 0, total: float = 1.0,
+                name: str = "X", dtype: torch.dtype = torch.float64) -> None:
+    """Raise a ``ValueError`` naming ``name`` unless the squared distances between the rows
+    ``Xf`` (n, d) and the centroids ``C`` (k, d), and their sum over a total weight ``total``,
+    are finite in ``dtype``: rows far beyond the data a fit's frame (:mod:`rbfkmeans.frame`,
+    of exponent ``exponent``) was chosen for would otherwise give infinite distances, NaN
+    memberships and arbitrary labels. One reduction over each, no copy."""
+    if not isinstance(Xf, Tensor | SparseRows) or not isinstance(C, Tensor) or C.dim() != 2:
+        raise TypeError("Xf must be a tensor or SparseRows and C a 2-D tensor; got "
+                        f"{type(Xf).__name__} and {type(C).__name__}")
+    if not math.isfinite(total) or total < 0:
+        raise ValueError(f"total must be a finite number >= 0; got {total!r}")
+    x, c = _largest_magnitude(Xf.val if isinstance(Xf, SparseRows) else Xf), _largest_magnitude(C)
+    reach = x + c  # bounds every |x_i - c_j| entry; the squared distance is at most d reach^2
+    if not reach * reach * C.shape[1] * max(total, 1.0) < torch.finfo(dtype).max:
+        raise ValueError(
+            f"{name} lies too far from the centroids for {dtype}: its squared distances "
+            f"overflow (entries of x - c up to {math.ldexp(reach, -exponent):.3g} over "
+            f"{C.shape[1]} features); rescale {name}")
+
+
+def _largest_magnitude(t: Tensor) -> float:
+    """``max |t|`` (0 when empty), by one reduction that makes no copy of ``t``."""
+    if not t.numel():
+        return 0.0
+    lo, hi = torch.aminmax(t.detach())
+    return max(-float(lo), float(hi))
 
 
 def to_numpy(t: Tensor) -> np.ndarray:
@@ -60,10 +90,15 @@ class InferenceMixin:
         frame = getattr(self, "_frame_", None)
         return frame if frame is not None else Frame()
 
-    def _framed(self: Any, X: np.ndarray) -> tuple[Tensor, Tensor]:
-        """``X`` and the centroids in the fit's frame, as tensors of its dtype and device."""
+    def _framed(self: Any, X: np.ndarray, total: float = 1.0) -> tuple[Tensor, Tensor]:
+        """``X`` and the centroids in the fit's frame, as tensors of its dtype and device,
+        checked to be within float64's reach of each other unless the metric is spherical
+        (:func:`check_reach`; ``total`` the weight a sum of the distances takes)."""
         frame = self._fit_frame
-        return frame.enter(self._to_torch(X)), frame.enter(self._centers_t())
+        Xf, C = frame.enter(self._to_torch(X)), frame.enter(self._centers_t())
+        if not get_metric(self.metric).spherical:  # unit rows are always within reach
+            check_reach(Xf, C, frame.exponent, total)
+        return Xf, C
 
     def predict(self: Any, X: Any, sample_weight: Any = None) -> np.ndarray:
         """Index of the nearest centroid of each row of ``X`` (ties to the lowest index), by the
@@ -129,7 +164,7 @@ class InferenceMixin:
         check_is_fitted(self)
         X = self._check_X(X, reset=False)
         w = self._weights(sample_weight, X)
-        Xf, C = self._framed(X)
+        Xf, C = self._framed(X, float(X.shape[0]) if w is None else float(w.sum()))
         st = cluster_stats(self._data(Xf, w), C, 0.0, "hard")
         return -self._fit_frame.sq_from(st.inertia)
 

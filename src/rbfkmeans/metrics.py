@@ -46,7 +46,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._validation import check_matrix, check_tensor
+from ._validation import check_matrix, check_tensor, compute_dtype
 
 __all__ = [
     "METRICS",
@@ -165,11 +165,17 @@ def project_rows(C: Tensor, fallback: Tensor | None = None, name: str = "C") -> 
 
 def cosine_similarity(X: Tensor, C: Tensor) -> Tensor:
     """``cos(x_i, c_j)`` (n, k) of ``X`` (n, d) and ``C`` (k, d): one matrix product of the
-    normalised rows; raises on a zero row of either (named ``X`` and ``C``)."""
+    normalised rows; raises on a zero row of either (named ``X`` and ``C``). The two are
+    promoted to a common dtype; float16, bfloat16 and integers are computed (and returned) in
+    float32."""
     check_matrix(X, "X", "(n, d)")
     check_matrix(C, "C", "(k, d)")
     if X.shape[1] != C.shape[1]:
         raise ValueError(f"X has {X.shape[1]} features but C has {C.shape[1]}; they must match")
+    if X.device != C.device:
+        raise ValueError(f"X and C must be on one device; got {X.device} and {C.device}")
+    dtype = compute_dtype(torch.promote_types(X.dtype, C.dtype))
+    X, C = X.to(dtype), C.to(dtype)  # no copy when already in it
     return normalize_rows(X, "X") @ normalize_rows(C, "C").T
 
 

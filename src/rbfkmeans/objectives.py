@@ -74,6 +74,26 @@ def _distances(X: Tensor, C: Tensor) -> Tensor:
     return D
 
 
+def _objective(X: Tensor, C: Tensor, T: float, assignment: str,
+               sample_weight: Tensor | None) -> Tensor:
+    """:func:`objective_from_distances` of the checked distances of ``X`` and ``C``. Finite
+    inputs whose squared distances (or their weighted sum) overflow float32 or narrower are
+    computed again in float64 (the result then float64); beyond float64's range ``ValueError``
+    names ``X``. One look at the scalar result: nothing more is read on valid input."""
+    F = objective_from_distances(_distances(X, C), T, assignment, sample_weight)
+    if bool(torch.isfinite(F)):
+        return F
+    if F.dtype != torch.float64:
+        F = objective_from_distances(sq_distances(X.double(), C.double()), T, assignment,
+                                     sample_weight)
+        if bool(torch.isfinite(F)):
+            return F
+    raise ValueError(
+        "X and C are too far apart for float64: the objective overflows (got "
+        f"{F.item()!r}); the supported range is max |x - c| * sqrt(4 d sum(w)) < 1.3e154. "
+        "Rescale X and C (or the weights)")
+
+
 def _wsum(per_point: Tensor, w: Tensor | None) -> Tensor:
     return per_point.sum() if w is None else per_point @ w
 
@@ -88,8 +108,19 @@ def objective_from_distances(
     Scores are shifted by the row minimum (:func:`~rbfkmeans.distances.shifted_scores`), so the
     value stays finite at any ``T > 0``; ``T`` so small that ``2T`` is 0 in ``D``'s dtype gives
     ``J``.
+
+    Precondition: ``D`` holds squared distances, finite and ``>= 0`` (as
+    :func:`~rbfkmeans.distances.sq_distances` returns them), with at least one column. Only its
+    shape is checked: this is the objective of the layer's and the quantizer's training steps,
+    where a scan of every entry would cost as much as the objective itself (and a device
+    synchronisation per step). NaN in ``D`` gives a NaN objective, and a negative entry is taken
+    as it is; :func:`kmeans_objective` and the other objectives of ``X`` and ``C`` check their
+    inputs.
     """
     check_matrix(D, "D", "(n, k)")
+    if D.shape[1] == 0:
+        raise ValueError(f"D must have at least one column (one centroid); got shape "
+                         f"{tuple(D.shape)}")
     entry = get_assignment(assignment)
     T = check_temperature(T, "T")
     w = _weights(sample_weight, D)
@@ -105,35 +136,35 @@ def objective_from_distances(
 
 def kmeans_objective(X: Tensor, C: Tensor, sample_weight: Tensor | None = None) -> Tensor:
     """k-means objective ``J(C) = sum_i w_i min_j ||x_i - c_j||^2``."""
-    return objective_from_distances(_distances(X, C), 0.0, "hard", sample_weight)
+    return _objective(X, C, 0.0, "hard", sample_weight)
 
 
 def shannon_objective(
     X: Tensor, C: Tensor, T: float, sample_weight: Tensor | None = None
 ) -> Tensor:
     """Shannon (softmax) relaxation ``F_T(C) = -2T sum_i w_i logsumexp_j(-d_ij / 2T)``."""
-    return objective_from_distances(_distances(X, C), T, "softmax", sample_weight)
+    return _objective(X, C, T, "softmax", sample_weight)
 
 
 def tsallis_objective(
     X: Tensor, C: Tensor, T: float, sample_weight: Tensor | None = None
 ) -> Tensor:
     """Tsallis-1.5 (entmax-1.5) relaxation ``F^Ts_T(C)`` (module docstring)."""
-    return objective_from_distances(_distances(X, C), T, "entmax15", sample_weight)
+    return _objective(X, C, T, "entmax15", sample_weight)
 
 
 def sparsemax_objective(
     X: Tensor, C: Tensor, T: float, sample_weight: Tensor | None = None
 ) -> Tensor:
     """Gini (sparsemax) relaxation ``F^sp_T(C)`` (module docstring)."""
-    return objective_from_distances(_distances(X, C), T, "sparsemax", sample_weight)
+    return _objective(X, C, T, "sparsemax", sample_weight)
 
 
 def soft_objective(
     X: Tensor, C: Tensor, T: float, assignment: str, sample_weight: Tensor | None = None
 ) -> Tensor:
     """The relaxation that matches ``assignment`` (``J`` for ``"hard"``)."""
-    return objective_from_distances(_distances(X, C), T, assignment, sample_weight)
+    return _objective(X, C, T, assignment, sample_weight)
 
 
 def entropy_bound(assignment: str, k: int) -> float:

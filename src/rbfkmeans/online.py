@@ -13,6 +13,7 @@ that the estimator inherits; they use its validation and conversion helpers.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from . import precompile
 from ._parameters import check_sample_weight, is_int, restored_on_failure, torch_dtype
 from .comm import Comm
 from .frame import Frame
-from .inference import to_numpy
+from .inference import check_reach, to_numpy
 from .metrics import get_metric
 from .passes import cluster_stats
 from .seeding import initial_centers
@@ -95,6 +96,8 @@ class OnlineFitMixin:
             self._set_online(T)
         else:
             C = frame.enter(self._centers_t())
+            if not spherical:  # rows far beyond the first batch's frame: no finite step
+                check_reach(data.X, C, frame.exponent, data.total_weight())
             counts = torch.as_tensor(self._online_counts).to(Xt.device, Xt.dtype) \
                 if getattr(self, "_online_counts", None) is not None \
                 else torch.zeros(self.n_clusters, dtype=Xt.dtype, device=Xt.device)
@@ -186,6 +189,10 @@ class OnlineFitMixin:
         fit.finish()
         if fit.C is None or fit.counts is None:
             raise ValueError("batches yielded no data")
+        if not (math.isfinite(fit.inertia) and bool(torch.isfinite(fit.C).all())):
+            raise ValueError(  # a batch far beyond the frame of the first ones (rbfkmeans.frame)
+                "batches: a batch lies too far from the centroids of the first batches for "
+                "float64 (its squared distances overflow); rescale the batches alike")
         self._frame_ = fit.frame
         self.cluster_centers_ = to_numpy(fit.centers())
         self._online_counts = to_numpy(fit.counts)

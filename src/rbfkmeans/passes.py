@@ -39,7 +39,13 @@ import torch
 from torch import Tensor
 
 from . import kernels
-from ._validation import check_finite, check_matrix, check_positive_int, check_temperature
+from ._validation import (
+    check_finite,
+    check_matrix,
+    check_positive_int,
+    check_real,
+    check_temperature,
+)
 from .assignments import Assignment, get_assignment
 from .comm import Comm
 from .distances import chunk_rows, cross_term, iter_chunks, row_min, row_norms_sq
@@ -88,6 +94,8 @@ class Data:
             check_matrix(X, "X", "(n, d)")
         if X.dtype not in (torch.float32, torch.float64):
             raise TypeError(f"X must be float32 or float64; got {X.dtype}")
+        if X.device.type == "meta":  # no values to compute with (metadata only: no scan)
+            raise ValueError("X must hold values; got a tensor on the 'meta' device")
         if validate:
             check_finite(X.val if isinstance(X, SparseRows) else X, "X")
         if sample_weight is not None:
@@ -188,6 +196,14 @@ def check_data(data: Any, name: str = "data") -> Data:
     return data
 
 
+def check_hard_tol(hard_tol: Any) -> float:
+    """``hard_tol`` as a float if it is a number in ``[0, 1)``, else raise naming it (O(1))."""
+    value = check_real(hard_tol, "hard_tol", minimum=0.0)
+    if value >= 1.0:
+        raise ValueError(f"hard_tol must be a number in [0, 1); got {hard_tol!r}")
+    return value
+
+
 @dataclass
 class Stats:
     """Statistics of one pass at centroids ``C`` and temperature ``T`` (summed over ranks).
@@ -265,7 +281,8 @@ def cluster_stats(
     """One chunked pass: ``N``, ``S``, ``F_T`` and ``J`` at centroids ``C`` (module docstring).
 
     A hard assignment or ``T = 0`` uses the nearest centroid (ties to the lowest index). A point
-    counts as soft when its largest membership is below ``1 - hard_tol``. With
+    counts as soft when its largest membership is below ``1 - hard_tol`` (``0 <= hard_tol <
+    1``). With
     ``objective=False`` only ``N`` and ``S`` are computed (the inner iterations of the soft
     solvers); ``objective``, ``inertia`` and ``n_soft`` are then NaN. A hard pass on the CPU runs
     in one sweep of the fused kernel of :mod:`rbfkmeans.kernels` (beyond
@@ -275,6 +292,7 @@ def cluster_stats(
     check_data(data)
     entry = get_assignment(assignment)
     T = check_temperature(T, "T")
+    hard_tol = check_hard_tol(hard_tol)
     C = data.check_centroids(C)
     k, d = C.shape
     hard = entry.hard or T == 0.0

@@ -91,6 +91,7 @@ from .assignments import check_assignment, get_assignment
 from .comm import Comm
 from .distances import membership_scores, sq_distances
 from .estimator import RBFKMeans
+from .inference import check_reach
 from .metrics import check_metric, get_metric
 from .objectives import objective_from_distances
 from .passes import Data
@@ -336,6 +337,9 @@ class VectorQuantizer(nn.Module):
             if self._spherical:
                 self._renormalize()
             X_d = X.detach()
+            if not self._spherical:  # finite z whose squared terms overflow the loss's dtype
+                check_reach(X_d, self.codebook.detach(), total=X.shape[0], name="z",
+                            dtype=X.dtype)
             if self.training and not bool(self.initialized):
                 self._initialize(X_d, comm)
             # a copy: the graph keeps it, so the in-place updates below leave backward intact

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ._validation import check_matrix
+from ._validation import check_finite, check_matrix, check_tensor
 from .distances import chunk_rows
 
 __all__ = ["SAMPLE_FACTOR", "SAMPLE_MIN", "Folded", "fold_repeats"]
@@ -85,7 +85,8 @@ def fold_repeats(X: Tensor, sample_weight: Tensor | None = None, *, min_saving: 
     or None when folding removes fewer than ``min_saving * n`` rows (on such data the copy of
     the distinct rows costs more than the passes save; on large data a random sample without
     a repeat already says so, see ``SAMPLE_FACTOR``). Rows are read ``chunk_size`` at a time
-    (:func:`rbfkmeans.distances.chunk_rows`). Nothing passed in is modified.
+    (:func:`rbfkmeans.distances.chunk_rows`). Nothing passed in is modified. The weights must
+    be finite and ``>= 0`` (``ValueError`` naming ``sample_weight``).
 
     >>> X = torch.tensor([[0.0, 1.0], [2.0, 3.0], [0.0, 1.0]])
     >>> f = fold_repeats(X)
@@ -101,6 +102,11 @@ def fold_repeats(X: Tensor, sample_weight: Tensor | None = None, *, min_saving: 
         raise ValueError(f"sample_weight must be a tensor of shape ({n},); got "
                          f"{type(sample_weight).__name__} "
                          f"{tuple(getattr(sample_weight, 'shape', ()))}")
+    if sample_weight is not None:  # one look at n weights, once per fit
+        check_finite(check_tensor(sample_weight, "sample_weight"), "sample_weight")
+        if bool((sample_weight < 0).any()):
+            raise ValueError(f"sample_weight must be >= 0; got a negative entry "
+                             f"{sample_weight.min().item()!r}")
     if isinstance(min_saving, bool) or not isinstance(min_saving, int | float) \
             or not 0.0 <= min_saving <= 1.0:
         raise ValueError(f"min_saving must be a number in [0, 1]; got {min_saving!r}")

@@ -104,14 +104,21 @@ def critical_temperature(
     """First critical temperature ``T_c`` (module docstring) of data ``X`` (n, d): the factor
     times ``lambda_max(Cov X)``, or for ``metric="cosine"`` times
     ``lambda_max(P Sigma P) / ||mu||`` of the normalised rows (:func:`sphere_eigmax`). ``eigmax``
-    replaces that eigenvalue."""
+    replaces that eigenvalue (a finite number ``>= 0``; ``X`` and ``sample_weight`` are then
+    not read). Raises ``ValueError`` naming ``sample_weight`` when the weights sum to zero (no
+    data, no spread) and naming ``X`` when its squared deviations overflow float64."""
     if eigmax is not None:
-        lam = float(eigmax)
+        lam = check_real(eigmax, "eigmax", minimum=0.0)
     elif check_metric(metric) == "cosine":
         _, lam_t, r = sphere_spread(normalize_rows(X), sample_weight)
         lam = sphere_eigmax(lam_t, r)
     else:
         lam = covariance_eigmax(X, sample_weight)
+    if eigmax is None and isinstance(sample_weight, Tensor) \
+            and not bool((sample_weight > 0).any()):
+        raise ValueError("sample_weight must have a positive entry (the weights sum to zero: "
+                         "there is no spread to take a critical temperature from); got all "
+                         "zeros")
     return critical_temperature_factor(assignment, n_clusters) * lam
 
 

@@ -132,13 +132,20 @@ def kmeans_plusplus(
 
 
 def weighted_mean(data: Data) -> Tensor:
-    """``mu = sum_i w_i x_i / sum_i w_i`` (d,) over all ranks."""
+    """``mu = sum_i w_i x_i / sum_i w_i`` (d,) over all ranks. Raises ``ValueError`` when the
+    weights (``data``'s ``sample_weight``) sum to zero over all ranks, or there are no rows:
+    there is no mean."""
     check_data(data)
     w = torch.ones(data.n, dtype=data.X.dtype, device=data.X.device) if data.w is None \
         else data.w  # (n,)
     tot = w.sum().reshape(1)
     s = w @ data.X  # (d,)
     data.comm.sum_(tot, s)
+    if not float(tot) > 0:  # one number, once per fit
+        if data.w is None:
+            raise ValueError("data has no rows: X must have at least one row for a mean")
+        raise ValueError(f"sample_weight must have a positive sum for a weighted mean; got a "
+                         f"total weight of {float(tot)!r}")
     return s / tot
 
 
@@ -159,10 +166,14 @@ def initial_centers(
     returning one. An array or a callable's result is broadcast from rank 0 (a callable sees only
     this rank's shard). On a cosine ``data`` every start is on the unit sphere: the mean is the
     mean direction ``mu / ||mu||`` of the normalised rows, a callable sees the normalised rows,
-    and an array's rows are normalised (a zero row raises).
+    and an array's rows are normalised (a zero row raises). ``seed`` is an integer in
+    ``[0, 2**32)``.
     """
     check_data(data)
     k = check_positive_int(n_clusters, "n_clusters")
+    seed = check_positive_int(seed, "seed", minimum=0)
+    if seed >= 2**32:
+        raise ValueError(f"seed must be an integer in [0, 2**32); got {seed!r}")
     if isinstance(init, str):
         if init == "mean":
             mu = weighted_mean(data).unsqueeze(0)  # (1, d)

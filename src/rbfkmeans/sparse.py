@@ -54,6 +54,50 @@ def dense(X: Tensor | SparseRows) -> Tensor:
     return X
 
 
+def _check_csr(crow: Any, col: Any, val: Any, shape: Any) -> None:
+    """Raise unless ``crow``, ``col``, ``val`` and ``shape`` make a valid CSR matrix (the
+    class docstring), naming the part that is wrong and the value received."""
+    if not all(isinstance(t, Tensor) for t in (crow, col, val)):
+        raise TypeError("crow, col and val must be tensors; got "
+                        f"{', '.join(type(t).__name__ for t in (crow, col, val))}")
+    try:
+        n, d = (int(v) for v in shape)
+    except (TypeError, ValueError):
+        raise ValueError(f"shape must be two integers (n, d); got {shape!r}") from None
+    if n < 0 or d < 0:
+        raise ValueError(f"shape must be two integers >= 0; got {tuple(shape)}")
+    if crow.shape != (n + 1,) or col.shape != val.shape or col.dim() != 1:
+        raise ValueError(f"a CSR matrix of shape {(n, d)} needs crow ({n} + 1,) "
+                         "and col, val of one length; got crow "
+                         f"{tuple(crow.shape)}, col {tuple(col.shape)}, val {tuple(val.shape)}")
+    for name, t in (("crow", crow), ("col", col)):
+        if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+            raise TypeError(f"{name} must hold integers; got {t.dtype}")
+    if val.is_complex():
+        raise TypeError(f"val must hold real values; got {val.dtype}")
+    if not (crow.device == col.device == val.device):
+        raise ValueError(f"crow, col and val must be on one device; got {crow.device}, "
+                         f"{col.device}, {val.device}")
+    if val.device.type == "meta":
+        raise ValueError("val must hold values; got tensors on the 'meta' device")
+    nnz = int(val.numel())
+    if int(crow[0]) != 0 or int(crow[-1]) != nnz:
+        raise ValueError(f"crow must start at 0 and end at nnz={nnz}; got crow[0]="
+                         f"{int(crow[0])}, crow[-1]={int(crow[-1])}")
+    if n and bool((crow[1:] < crow[:-1]).any()):
+        i = int((crow[1:] < crow[:-1]).nonzero()[0])
+        raise ValueError(f"crow must be non-decreasing; got crow[{i}]={int(crow[i])} > "
+                         f"crow[{i + 1}]={int(crow[i + 1])}")
+    if nnz:
+        lo, hi = (int(v) for v in torch.aminmax(col))
+        if lo < 0 or hi >= d:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"col must hold column indices in [0, {d}); got {bad}")
+        if not bool(torch.isfinite(val).all()):
+            count = int((~torch.isfinite(val)).sum())
+            raise ValueError(f"val must be finite; got {count} NaN/inf entries")
+
+
 class SparseRows:
     """A CSR matrix (n, d) held as tensors: ``crow`` (n + 1,) row pointers, ``col`` (nnz,)
     column indices (int64), ``val`` (nnz,) float values, on one device.
@@ -62,6 +106,11 @@ class SparseRows:
     the selected rows as another :class:`SparseRows`; the arithmetic the passes need is in
     the methods below and in ``__torch_function__`` (module docstring). Instances are never
     modified in place except by :meth:`mul_`.
+
+    The constructor checks the structure once (``O(nnz)``): integer ``crow`` starting at 0,
+    non-decreasing, ending at ``nnz``; integer ``col`` with ``0 <= col < d``; real finite
+    values; ``ValueError`` / ``TypeError`` naming the part. The rows this class derives from
+    checked ones (chunks, selections, conversions) skip it (``check=False``).
     """
 
     __slots__ = ("_rows", "_scipy", "col", "crow", "shape", "val")
@@ -69,15 +118,10 @@ class SparseRows:
     requires_grad = False
     is_sparse = True
 
-    def __init__(self, crow: Tensor, col: Tensor, val: Tensor, shape: Sequence[int]) -> None:
-        if not all(isinstance(t, Tensor) for t in (crow, col, val)):
-            raise TypeError("crow, col and val must be tensors; got "
-                            f"{', '.join(type(t).__name__ for t in (crow, col, val))}")
-        if len(shape) != 2 or crow.shape != (int(shape[0]) + 1,) or col.shape != val.shape \
-                or col.dim() != 1:
-            raise ValueError(f"a CSR matrix of shape {tuple(shape)} needs crow ({shape[0]} + 1,) "
-                             "and col, val of one length; got crow "
-                             f"{tuple(crow.shape)}, col {tuple(col.shape)}, val {tuple(val.shape)}")
+    def __init__(self, crow: Tensor, col: Tensor, val: Tensor, shape: Sequence[int], *,
+                 check: bool = True) -> None:
+        if check:
+            _check_csr(crow, col, val, shape)
         self.crow, self.col, self.val = crow, col, val
         self.shape = torch.Size((int(shape[0]), int(shape[1])))
         self._rows: Tensor | None = None  # entry_rows(), computed on first use
@@ -104,7 +148,7 @@ class SparseRows:
             val = val.to(dtype)
         return cls(torch.from_numpy(A.indptr.astype(np.int64)).to(device),
                    torch.from_numpy(A.indices.astype(np.int64)).to(device),
-                   val.to(device), A.shape)
+                   val.to(device), A.shape)  # checked: once per user matrix
 
     def __repr__(self) -> str:
         return (f"SparseRows(shape={tuple(self.shape)}, nnz={self.nnz}, dtype={self.dtype}, "
@@ -141,7 +185,7 @@ class SparseRows:
     # -- copies and conversions ---------------------------------------------------------------
     def _with(self, val: Tensor) -> SparseRows:
         """The same structure with other values."""
-        out = SparseRows(self.crow, self.col, val, self.shape)
+        out = SparseRows(self.crow, self.col, val, self.shape, check=False)
         out._rows = self._rows
         return out
 
@@ -150,7 +194,8 @@ class SparseRows:
         val = self.val.to(*args, **kwargs)
         if val.device == self.device:
             return self._with(val)
-        return SparseRows(self.crow.to(val.device), self.col.to(val.device), val, self.shape)
+        return SparseRows(self.crow.to(val.device), self.col.to(val.device), val, self.shape,
+                          check=False)
 
     def double(self) -> SparseRows:
         return self._with(self.val.double())
@@ -165,7 +210,8 @@ class SparseRows:
         return self
 
     def clone(self) -> SparseRows:
-        return SparseRows(self.crow.clone(), self.col.clone(), self.val.clone(), self.shape)
+        return SparseRows(self.crow.clone(), self.col.clone(), self.val.clone(), self.shape,
+                          check=False)
 
     def to_dense(self) -> Tensor:
         """The rows as a dense tensor (n, d): for a chunk of rows, never the whole data."""
@@ -219,7 +265,8 @@ class SparseRows:
             stop = max(start, stop)
             crow = self.crow[start : stop + 1]
             a, b = int(crow[0]), int(crow[-1])
-            return SparseRows(crow - a, self.col[a:b], self.val[a:b], (stop - start, self.shape[1]))
+            return SparseRows(crow - a, self.col[a:b], self.val[a:b], (stop - start, self.shape[1]),
+                              check=False)
         idx = torch.as_tensor(np.asarray(key) if not isinstance(key, Tensor) else key)
         if idx.dtype == torch.bool:
             idx = idx.nonzero().squeeze(1)
@@ -233,7 +280,8 @@ class SparseRows:
         torch.cumsum(counts, 0, out=crow[1:])
         offset = torch.repeat_interleave(starts - crow[:-1], counts)
         pos = torch.arange(int(crow[-1]), device=self.device) + offset
-        return SparseRows(crow, self.col[pos], self.val[pos], (idx.numel(), self.shape[1]))
+        return SparseRows(crow, self.col[pos], self.val[pos], (idx.numel(), self.shape[1]),
+                          check=False)
 
     # -- elementwise --------------------------------------------------------------------------
     def _row_scale(self, v: Any) -> SparseRows:
@@ -441,7 +489,7 @@ def _cat(tensors: Any, dim: int = 0) -> SparseRows:
     offsets = torch.tensor([0] + [t.nnz for t in parts], device=parts[0].device).cumsum(0)
     crow = torch.cat([parts[0].crow[:1]] + [t.crow[1:] + offsets[i] for i, t in enumerate(parts)])
     return SparseRows(crow, torch.cat([t.col for t in parts]), torch.cat([t.val for t in parts]),
-                      (sum(t.shape[0] for t in parts), d))
+                      (sum(t.shape[0] for t in parts), d), check=False)
 
 
 _HANDLERS: dict[str, Callable[..., Any]] = {

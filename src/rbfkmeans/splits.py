@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from . import kernels
-from ._validation import check_positive_int
+from ._validation import check_nonnegative, check_positive_int, check_temperature
 from .annealing import AnnealResult
 from .assignments import Assignment, get_assignment
 from .groups import GroupStats, group_stats_unchecked
@@ -269,7 +269,8 @@ def anneal_splits(
     single centroid (large problems, where the cold end of the ladder costs most and the hard
     polish refines as well). ``points_per_group`` rows per group are used, and at
     least ``min_points`` (a growing random subsample drawn from ``generator``; ``None``: all
-    rows).
+    rows). ``T_start`` is a finite temperature ``>= 0``; the counts are integers (``>= 1``,
+    ``settled_iter >= 0``) and the tolerances finite numbers ``>= 0``.
 
     Returns the ``k`` centroids (a group of ``m`` copies repeated ``m`` times), the temperatures
     run, the soft-Lloyd steps in all, and per temperature the centroids (k, d), ``F_T``, ``J``,
@@ -284,6 +285,17 @@ def anneal_splits(
     for name, v in (("cooling", cooling), ("jump", jump), ("split_margin", split_margin)):
         if not (isinstance(v, int | float) and 0 < v < 1):
             raise ValueError(f"{name} must be a number in (0, 1); got {v!r}")
+    if T_start is not None:
+        T_start = check_temperature(T_start, "T_start")  # finite and >= 0
+    max_iter = check_positive_int(max_iter, "max_iter")
+    tol = check_nonnegative(tol, "tol")
+    stop_gap = check_nonnegative(stop_gap, "stop_gap")
+    merge_tol = check_nonnegative(merge_tol, "merge_tol")
+    max_temperatures = check_positive_int(max_temperatures, "max_temperatures")
+    settled_iter = check_positive_int(settled_iter, "settled_iter", minimum=0)
+    if points_per_group is not None:
+        points_per_group = check_positive_int(points_per_group, "points_per_group")
+    min_points = check_positive_int(min_points, "min_points")
     pool = Subsample(data.weighing_rows(), generator)
 
     def part(groups: int) -> Data:

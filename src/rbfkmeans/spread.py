@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._validation import check_finite, check_matrix, check_vector
+from ._validation import check_finite, check_matrix, check_positive_int, check_vector
 from .distances import chunk_rows, iter_chunks
 from .sparse import SparseRows
 
@@ -39,6 +39,43 @@ __all__ = ["SAMPLE_SPREAD_MIN_DIM", "covariance_eigmax", "covariance_spread", "s
 #: :func:`covariance_spread` may take ``lambda_max`` from a sample of rows from this many
 #: features on
 SAMPLE_SPREAD_MIN_DIM = 96
+
+
+def _check_sample(sample: int | None) -> int | None:
+    """``sample`` as given (None) or an integer ``>= 1``, else raise naming it."""
+    return None if sample is None else check_positive_int(sample, "sample")
+
+
+def _overflow_error(X: Tensor, name: str = "X") -> ValueError:
+    """The error for data whose squared deviations overflow float64 (worded as
+    :meth:`rbfkmeans.frame.Frame.choose` words it)."""
+    n, d = X.shape
+    big = 0.0
+    if X.numel():
+        lo, hi = torch.aminmax(X.detach())  # no temporary the size of X
+        big = max(-float(lo), float(hi))
+    return ValueError(
+        f"{name} spreads too far for float64: its squared deviations from the mean overflow "
+        f"(largest |x| {big:.3g} over {d} features and {n} rows); the supported range is "
+        "max |x - mean| * sqrt(4 d sum(w)) < 1.3e154. Rescale the data")
+
+
+def _finite_eigmax(lam: float, X: Tensor) -> float:
+    """``lam`` if it is finite, else the overflow error naming ``X``."""
+    if not math.isfinite(lam):
+        raise _overflow_error(X)
+    return lam
+
+
+def _eigvalsh_max(A: Tensor, X: Tensor) -> float:
+    """``lambda_max`` of the symmetric float64 ``A`` (clamped at 0); the overflow error naming
+    ``X`` where ``A`` (a covariance of ``X``) is not finite."""
+    if not bool(torch.isfinite(A).all()):  # d x d entries: no pass over the data
+        raise _overflow_error(X)
+    try:
+        return float(torch.linalg.eigvalsh(A).max().clamp(min=0))
+    except torch.linalg.LinAlgError:  # finite but beyond LAPACK's range
+        raise _overflow_error(X) from None
 
 
 def covariance_spread(
@@ -63,8 +100,11 @@ def covariance_spread(
     ``O(n d^2)`` of forming ``Sigma`` (2 s on MNIST's 70,000 x 784). Data with fewer rows
     than features (and at least that many) takes the matrix-free route over all its rows
     (whatever ``sample``): a TF-IDF of 60,000 words would need a 29 GB ``Sigma``.
+    ``sample`` must be None or an integer ``>= 1``. Data whose squared deviations overflow
+    float64 raise ``ValueError`` naming ``X``.
     """
     check_finite(check_matrix(X, "X"), "X")
+    sample = _check_sample(sample)
     n, d = X.shape
     if _matrix_free(n, d, sample) and (comm is None or not comm.active):
         return _sampled_spread(X, sample_weight, sample or n, chunk_size)
@@ -73,7 +113,7 @@ def covariance_spread(
         return 0.0, 0.0
     _, cov = moments
     mean_var = float(cov.diagonal().clamp(min=0).mean())
-    return mean_var, float(torch.linalg.eigvalsh(cov).max().clamp(min=0))
+    return mean_var, _eigvalsh_max(cov, X)
 
 
 def _matrix_free(n: int, d: int, sample: int | None) -> bool:
@@ -94,6 +134,8 @@ def _sampled_spread(X: Tensor, w: Tensor | None, sample: int,
         Y = X[s].double() - mu  # (b, d)
         sq = (Y * Y).sum(dim=1)
         trace += float(sq.sum() if w is None else sq @ w[s].double())
+    if not math.isfinite(trace):
+        raise _overflow_error(X)
     return trace / tot / d, _sampled_eigmax(X, w, sample)
 
 
@@ -109,7 +151,7 @@ def _sampled_eigmax(X: Tensor, w: Tensor | None, sample: int) -> float:
     mu_s = (Xs.double().sum(0) if ws is None else ws @ Xs.double()) / tot_s
     u = torch.full((Xs.shape[0],), 1.0 / tot_s, dtype=torch.float64) if ws is None \
         else ws / tot_s
-    return top_eigenpair(Xs - mu_s.to(Xs.dtype), u)[0]  # in the data's precision
+    return _finite_eigmax(top_eigenpair(Xs - mu_s.to(Xs.dtype), u)[0], X)  # data's precision
 
 
 def _weighted_mean(X: Tensor, w: Tensor | None, chunk_size: int | None) -> tuple[Tensor, float]:
@@ -188,7 +230,10 @@ def _moments(
         M.addmm_(Xw.T, Xc)
     if comm is not None:
         comm.sum_(M)
-    return mu, M / tot  # (d,), (d, d)
+    cov = M / tot
+    if not (bool(torch.isfinite(mu).all()) and bool(torch.isfinite(cov).all())):  # (d,), (d, d)
+        raise _overflow_error(X)
+    return mu, cov  # (d,), (d, d)
 
 
 def sphere_spread(
@@ -208,9 +253,10 @@ def sphere_spread(
     (:func:`rbfkmeans.metrics.normalize_rows`). ``(0, 0, 0)`` when the weights sum to zero;
     with ``mu = 0`` there is no mean direction and ``P = I``.
     ``sample``: as in :func:`covariance_spread` (``lambda_max(P Sigma P)`` of a random sample of
-    rows, matrix-free, on wide data with more rows than that).
+    rows, matrix-free, on wide data with more rows than that; None or an integer ``>= 1``).
     """
     n, d = check_matrix(X, "X").shape
+    sample = _check_sample(sample)
     if _matrix_free(n, d, sample) and (comm is None or not comm.active):
         sample = sample or n
         mean_var, _ = _sampled_spread(X, sample_weight, sample, chunk_size)
@@ -226,7 +272,7 @@ def sphere_spread(
             Y = Y - torch.outer(Y @ u_hat, u_hat)  # the rows' tangent parts: Y P
         u = torch.full((Y.shape[0],), 1.0 / max(tot_s, 1e-300), dtype=torch.float64) \
             if ws is None else ws / max(tot_s, 1e-300)
-        return mean_var, top_eigenpair(Y, u)[0], r
+        return mean_var, _finite_eigmax(top_eigenpair(Y, u)[0], X), r
     moments = _moments(X, sample_weight, chunk_size, comm)
     if moments is None:
         return 0.0, 0.0, 0.0
@@ -236,7 +282,7 @@ def sphere_spread(
     if r > 0:
         u = mu / r  # (d,) mu_hat
         P -= torch.outer(u, u)
-    lam = float(torch.linalg.eigvalsh(P @ cov @ P).max().clamp(min=0))
+    lam = _eigvalsh_max(P @ cov @ P, X)
     return float(cov.diagonal().clamp(min=0).mean()), lam, r
 
 
@@ -244,8 +290,9 @@ def covariance_eigmax(X: Tensor, sample_weight: Tensor | None = None, *,
                       sample: int | None = None) -> float:
     """Largest eigenvalue of the (weighted, biased) covariance of the rows of ``X``; with
     ``sample``, on wide data with more rows, that of a random sample of rows (as in
-    :func:`covariance_spread`, without the trace's pass)."""
+    :func:`covariance_spread`, without the trace's pass; None or an integer ``>= 1``)."""
     check_finite(check_matrix(X, "X"), "X")
+    sample = _check_sample(sample)
     n, d = X.shape
     if _matrix_free(n, d, sample):
         if sample_weight is not None:
@@ -272,6 +319,7 @@ def sparse_spread(X: SparseRows, w: Tensor | None = None, *, sample: int | None 
     ``P = I - mu_hat mu_hat^T``. ``(0, 0, 0)`` when the weights sum to zero."""
     if not isinstance(X, SparseRows):
         raise TypeError(f"X must be SparseRows; got {type(X).__name__}")
+    sample = _check_sample(sample)
     n, d = X.shape
     if w is not None and (not isinstance(w, Tensor) or w.shape != (n,)
                           or not bool(torch.isfinite(w).all()) or bool((w < 0).any())):

@@ -44,7 +44,8 @@ from .frame import Frame
 from .metrics import check_metric, get_metric
 from .passes import Data, check_data, cluster_stats
 from .relocation import relocate_empty
-from .seeding import initial_centers
+from .seeding import INITS, initial_centers
+from .sparse import SparseRows
 
 __all__ = [
     "MiniBatchKMeans",
@@ -100,7 +101,10 @@ class MiniBatchKMeans:
     are kept; then k-means++ seeds the centroids on them (``generator`` the same on every rank)
     and they take one step together. :meth:`finish` seeds and steps on whatever was kept when the
     whole stream held fewer rows. ``inertia`` sums the batches' ``J`` (at the centroids before
-    each step) since :meth:`new_epoch`.
+    each step) since :meth:`new_epoch`. ``init`` is ``"auto"``, ``"mean"`` (both seeded by
+    k-means++ here), ``"k-means++"``, ``"random"``, an array or a callable
+    (:func:`rbfkmeans.seeding.initial_centers`). Every batch :meth:`feed` takes is checked for
+    NaN and inf (one reduction over the batch), and its weights for those and for negatives.
     """
 
     def __init__(self, n_clusters: int, T: float, assignment: str | Assignment, *,
@@ -112,8 +116,16 @@ class MiniBatchKMeans:
         self.T = check_temperature(T)
         self.assignment = get_assignment(assignment)
         self.generator = generator
-        self.chunk_size = chunk_size
+        self.chunk_size = None if chunk_size is None else \
+            check_positive_int(chunk_size, "chunk_size")
+        if comm is not None and not isinstance(comm, Comm):
+            raise TypeError(f"comm must be a rbfkmeans.comm.Comm; got {type(comm).__name__}")
         self.comm = comm if comm is not None else Comm()
+        if isinstance(init, str) and init not in ("auto", *INITS):
+            raise ValueError(f"init must be one of {', '.join(map(repr, ('auto', *INITS)))}, "
+                             f"an array or a callable; got {init!r}")
+        if init is None:
+            raise TypeError("init must be a name, an array or a callable; got None")
         self.init = "k-means++" if isinstance(init, str) and init in ("auto", "mean") else init
         self.frame = Frame()  # chosen from the seeding rows (rbfkmeans.frame)
         self.C: Tensor | None = None  # in the frame's coordinates
@@ -166,7 +178,14 @@ class MiniBatchKMeans:
         return X, w
 
     def feed(self, X: Tensor, w: Tensor | None = None) -> None:
-        """Take this rank's next batch ``X`` (b, d) with weights ``w`` (b,) (a collective)."""
+        """Take this rank's next batch ``X`` (b, d) with weights ``w`` (b,) (a collective). Raises
+        ``ValueError`` naming ``X`` or ``w`` for NaN or inf (and ``w`` for a negative weight)."""
+        if not isinstance(X, SparseRows):  # sparse rows: checked where they were made
+            check_finite(check_matrix(X, "X", "(b, d)"), "X")
+        if w is not None:
+            check_finite(check_vector(w, "w", X.shape[0]), "w")
+            if bool((w < 0).any()):
+                raise ValueError(f"w must be >= 0; got a negative entry {w.min().item()!r}")
         if self.C is None:
             self._seeding.append((X, w))
             if self.comm.sum_scalars(sum(x.shape[0] for x, _ in self._seeding))[0] < 3 * self.k:
@@ -240,7 +259,8 @@ def array_batches(
 ) -> Iterator[tuple[Any, Any]]:
     """Blocks of ``batch_size`` consecutive rows of the 2-D array ``X`` (views, never a copy of
     ``X``; a ``numpy.memmap`` is read a block at a time), in an order shuffled by ``rng``, each
-    with its rows of ``sample_weight`` (or ``None``)."""
+    with its rows of ``sample_weight`` (or ``None``). ``batch_size`` is an integer ``>= 1``."""
+    batch_size = check_positive_int(batch_size, "batch_size")
     n = int(X.shape[0])
     starts = np.arange(0, n, batch_size)
     for start in starts[rng.permutation(len(starts))]:

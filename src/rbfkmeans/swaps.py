@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from . import kernels
-from ._validation import check_positive_int
+from ._validation import check_nonnegative, check_positive_int
 from .lloyd import LloydResult, lloyd
 from .passes import Data, check_data, nearest
 from .sparse import is_sparse
@@ -353,8 +353,9 @@ def swap_search(
     last_look = check_positive_int(last_look, "last_look", minimum=0)
     if max_trial_iter is not None:
         max_trial_iter = check_positive_int(max_trial_iter, "max_trial_iter", minimum=0)
-    if not (isinstance(slack, int | float) and slack >= 0):
-        raise ValueError(f"slack must be a number >= 0; got {slack!r}")
+    slack = check_nonnegative(slack, "slack")  # finite: an infinite slack tries every swap
+    max_iter = check_positive_int(max_iter, "max_iter")
+    tol = check_nonnegative(tol, "tol")
     best = start
     n_iter = n_swaps = n_trials = 0
     k = start.C.shape[0]

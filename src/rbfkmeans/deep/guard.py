@@ -16,6 +16,7 @@ import math
 import torch
 from torch import Tensor
 
+from .._validation import check_finite, check_real, check_tensor
 from ..layer import KMeansLayer
 
 __all__ = ["collapse_guard"]
@@ -35,16 +36,21 @@ def collapse_guard(
     counted by ``labels`` (n,) when given (the labels the caller reports, e.g. a neighbour vote),
     else by nearest centroid; the donor of each split is the largest cluster by nearest centroid.
     Adam's moments (``opt``, optional) of both rows of each split are reset."""
-    if not 0.0 <= min_cluster_fraction < 1.0:
+    if not isinstance(layer, KMeansLayer):
+        raise TypeError(f"layer must be a KMeansLayer; got {type(layer).__name__}")
+    if not 0.0 <= check_real(min_cluster_fraction, "min_cluster_fraction") < 1.0:
         raise ValueError(f"min_cluster_fraction must be a number in [0, 1); got "
                          f"{min_cluster_fraction!r}")
-    if not 0.0 <= merge_tol < math.inf:
-        raise ValueError(f"merge_tol must be a finite number >= 0; got {merge_tol!r}")
+    merge_tol = check_real(merge_tol, "merge_tol", minimum=0.0)
     C = layer.centroids
+    check_tensor(Z, "Z")
     if Z.ndim != 2 or Z.shape[1] != C.shape[1]:
         raise ValueError(f"Z must be (n, {C.shape[1]}) to match the layer's centroids; got "
                          f"{tuple(Z.shape)}")
+    check_finite(Z, "Z")  # once per epoch, on the embeddings: one sum
     n, k = Z.shape[0], C.shape[0]
+    if labels is not None and not isinstance(labels, Tensor):
+        raise TypeError(f"labels must be a torch.Tensor or None; got {type(labels).__name__}")
     D = layer.distances(Z)  # (n, k)
     nearest = D.argmin(dim=1)
     if labels is None:

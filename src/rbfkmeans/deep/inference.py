@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import sklearn.exceptions
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -21,7 +22,13 @@ from torch import Tensor
 from ..distances import iter_chunks
 from .graph import neighbor_average
 
-__all__ = ["EMBED_ROWS", "InferenceMixin"]
+__all__ = ["EMBED_ROWS", "InferenceMixin", "NotFittedError"]
+
+
+class NotFittedError(sklearn.exceptions.NotFittedError, RuntimeError):
+    """scikit-learn's ``NotFittedError`` (a ``ValueError`` and an ``AttributeError``), raised by
+    :meth:`InferenceMixin.predict` and :meth:`InferenceMixin.predict_proba` before ``fit``; also a
+    ``RuntimeError``, which they raised before."""
 
 #: Rows embedded at once by the inference passes.
 EMBED_ROWS = 4096
@@ -65,14 +72,16 @@ class InferenceMixin:
 
     def _check_fitted(self: Any) -> None:
         if not hasattr(self, "layer_"):
-            raise RuntimeError("this DeepClusterer is not fitted yet: call fit first")
+            raise NotFittedError("this DeepClusterer is not fitted yet: call fit first")
 
     def predict(self: Any, X: Any) -> np.ndarray:
-        """Nearest centroid (n,) of each embedded row of ``X``."""
+        """Nearest centroid (n,) of each embedded row of ``X`` (``ValueError`` for an ``X`` of 0
+    rows, as :meth:`rbfkmeans.RBFKMeans.predict`, or of another width than the encoder's)."""
         self._check_fitted()
         return self._nearest(self._embed_all(self._as_tensor(X))).cpu().numpy()
 
     def predict_proba(self: Any, X: Any) -> np.ndarray:
-        """Memberships ``R`` (n, k) at the last temperature of the fit."""
+        """Memberships ``R`` (n, k) at the last temperature of the fit (``ValueError`` for an ``X``
+    of 0 rows, or of another width than the encoder's)."""
         self._check_fitted()
         return self._memberships(self._embed_all(self._as_tensor(X))).cpu().numpy()

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._validation import check_finite, check_tensor
 from .augment import check_image_shape
 
 __all__ = ["OFFSET_RATIO", "SPREAD_RANGE", "as_rows", "input_scale", "warn_if_unscaled"]
@@ -60,6 +61,9 @@ def as_rows(X: Any, device: torch.device, image_shape: Any = None) -> Tensor:
             ) from exc
     if Xt.dim() != 2:
         raise ValueError(f"X must be a 2-D array (n, d); got shape {tuple(Xt.shape)}")
+    if Xt.shape[0] == 0 or Xt.shape[1] == 0:
+        raise ValueError(f"X must have at least one row and one feature; got shape "
+                         f"{tuple(Xt.shape)}")
     if not (Xt.is_floating_point() or Xt.dtype in (torch.int32, torch.int64, torch.uint8)):
         raise TypeError(f"X must hold real numbers; got dtype {Xt.dtype}")
     Xt = Xt.to(device=device, dtype=torch.float32)
@@ -72,14 +76,18 @@ def as_rows(X: Any, device: torch.device, image_shape: Any = None) -> Tensor:
 
 def input_scale(X: Tensor) -> tuple[float, float]:
     """``(s, r)`` of the rows ``X`` (n, d) (module docstring); ``r`` is inf for rows that are all
-    equal and off the origin, 0 for rows all at the origin."""
+    equal and off the origin, 0 for rows all at the origin. ``ValueError`` naming ``X`` for NaN
+    or inf entries."""
     if not isinstance(X, Tensor) or X.dim() != 2 or X.shape[0] < 1 or X.shape[1] < 1:
         raise ValueError("X must be a non-empty 2-D tensor (n, d); got "
                          f"{type(X).__name__} {tuple(getattr(X, 'shape', ()))}")
+    check_tensor(X, "X")
     blocks = X.detach().split(_BLOCK_ROWS)
     mu = sum(b.sum(0, dtype=torch.float64) for b in blocks) / X.shape[0]  # (d,)
     trace = float(sum(float((b.double() - mu).square().sum()) for b in blocks)) / X.shape[0]
     norm = float(torch.linalg.vector_norm(mu))
+    if not (math.isfinite(trace) and math.isfinite(norm)):
+        check_finite(X, "X")  # NaN or inf in X (else finite values whose squares overflow)
     spread = math.sqrt(trace / X.shape[1])
     if trace > 0:
         return spread, norm / math.sqrt(trace)

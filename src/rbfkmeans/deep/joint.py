@@ -58,6 +58,7 @@ merged with another, by splitting the largest cluster along its principal axis.
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -67,8 +68,8 @@ from torch import Tensor, nn
 from ..assignments import check_assignment
 from ..layer import KMeansLayer
 from ..schedules import critical_temperature
-from ._parameters import RULES
-from .augment import check_image_shape
+from ._parameters import check_parameters
+from .checks import all_or_nothing, check_input_width, check_output_width
 from .graph import knn_graph
 from .inference import InferenceMixin
 from .inputs import as_rows, warn_if_unscaled
@@ -165,6 +166,12 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
     temperatures_ : ndarray          absolute temperature of each joint epoch
     history_ : list of dict          per epoch: T, loss terms, re-seeded clusters, label changes
     pretrain_history_ : list of float
+    n_features_in_ : int             the number of features of the rows fitted
+    timings_ : dict                  seconds of each stage
+
+    ``fit``, ``pretrain`` and ``init_layer`` check every parameter (also one set as an attribute
+    after construction) and ``X`` before changing anything, and are all or nothing: one that
+    raises leaves the attributes, the networks' weights and the layer as they were.
     """
 
     def __init__(
@@ -287,20 +294,10 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
                    random_state=random_state, **kwargs)
 
     def _check_params(self) -> None:
-        for name, (rule, ok) in RULES.items():
-            value = getattr(self, name)
-            if not ok(value):
-                raise ValueError(f"{name} must be {rule}; got {value!r}")
-        if self.T_start < self.T_end:
-            raise ValueError(
-                f"T_start must be >= T_end; got T_start={self.T_start!r}, T_end={self.T_end!r}"
-            )
-        if self.image_shape is not None:
-            check_image_shape(self.image_shape)
-        if self._augments and self.image_shape is None:
-            raise ValueError(f"augment={self.augment!r}, rotation={self.rotation!r}, "
-                             f"scaling={self.scaling!r} transform images: they need image_shape; "
-                             "got image_shape=None")
+        """Every parameter (:func:`~rbfkmeans.deep._parameters.check_parameters`): at
+        construction, and again at the start of :meth:`fit`, :meth:`pretrain` and
+        :meth:`init_layer`, before anything changes (one may have been set since)."""
+        check_parameters(self)
 
     # -- helpers ------------------------------------------------------------------------------
     @property
@@ -309,7 +306,13 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
         return p.device if p is not None else torch.device("cpu")
 
     def _as_tensor(self, X: Any) -> Tensor:
-        return as_rows(X, self._device, self.image_shape)
+        """``X`` checked (:func:`~rbfkmeans.deep.inputs.as_rows`) and of the encoder's width."""
+        Xt = as_rows(X, self._device, self.image_shape)
+        check_input_width(self.encoder, Xt)
+        return Xt
+
+    def _all_or_nothing(self) -> AbstractContextManager[None]:
+        return all_or_nothing(self, self.encoder, self.decoder, getattr(self, "layer_", None))
 
     def _params(self) -> list[Tensor]:
         params: list[Tensor] = list(self.encoder.parameters())
@@ -333,11 +336,19 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
     # -- stages -------------------------------------------------------------------------------
     def init_layer(self, X: Any) -> DeepClusterer:
         """Initialise the k-means layer: RBFKMeans on the current embedding of ``X``; sets
-        ``layer_``, ``init_labels_``, ``init_embedding_``, ``critical_temperature_``."""
+        ``layer_``, ``init_labels_``, ``init_embedding_``, ``critical_temperature_`` (all or
+        none of them)."""
+        self._check_params()
         Xt = self._as_tensor(X)
         k = self.n_clusters
         if Xt.shape[0] < k:
             raise ValueError(f"X must have at least n_clusters={k} rows; got {Xt.shape[0]}")
+        with self._all_or_nothing():
+            return self._init_layer(Xt)
+
+    def _init_layer(self, Xt: Tensor) -> DeepClusterer:
+        """:meth:`init_layer` on a checked ``Xt``."""
+        k = self.n_clusters
         Z = self.transform(Xt)  # (n, p)
         C, labels = init_centroids(Z, k, self.assignment, self.random_state)
         Zt = torch.as_tensor(Z)
@@ -351,12 +362,23 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
 
     def fit(self, X: Any, y: Any = None) -> DeepClusterer:
         """Pretrain (unless done already), initialise the layer, then train jointly (module
-        docstring). ``y`` is ignored. ``timings_`` holds the seconds of each stage."""
+        docstring). ``y`` is ignored. ``timings_`` holds the seconds of each stage.
+
+        The parameters and ``X`` are checked before anything changes, and a call that raises
+        (``KeyboardInterrupt`` too) leaves the clusterer, its networks and its layer exactly as
+        they were."""
         t0 = time.perf_counter()
+        self._check_params()
         Xt = self._as_tensor(X)
         n, k = Xt.shape[0], self.n_clusters
         if n < k:
             raise ValueError(f"X must have at least n_clusters={k} rows; got {n}")
+        check_output_width(self.decoder, Xt)
+        with self._all_or_nothing():
+            return self._fit(Xt, t0)
+
+    def _fit(self, Xt: Tensor, t0: float) -> DeepClusterer:
+        """:meth:`fit` on a checked ``Xt``, its clock started at ``t0``."""
         warn_if_unscaled(Xt)
         neighbors = self._neighbors(Xt) if self.n_neighbors > 0 else None  # (n, m)
         self.timings_: dict[str, float] = {"graph_s": time.perf_counter() - t0}
@@ -365,7 +387,7 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
             self._pretrain(Xt, neighbors)
         self.timings_["pretrain_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        self.init_layer(Xt)
+        self._init_layer(Xt)
         if neighbors is not None and self.joint_graph == "embedding":
             neighbors = knn_graph(torch.as_tensor(self.init_embedding_, device=self._device),
                                   self.n_neighbors, progress=self.verbose)
@@ -373,6 +395,7 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
         t0 = time.perf_counter()
         self._joint(Xt, neighbors)
         self.labels_ = self._reported_labels(self._embed_all(Xt), neighbors).cpu().numpy()
+        self.n_features_in_ = Xt.shape[1]
         self.timings_["joint_s"] = time.perf_counter() - t0
         return self
 

@@ -59,6 +59,10 @@ from ..distances import iter_chunks
 from ..objectives import objective_from_distances
 from .graph import check_graph, neighbor_average
 
+#: how far from 1 a row sum of :func:`mapping_entropy`'s ``P`` may be (float32 rounding of ``k``
+#: terms stays well inside)
+SIMPLEX_TOL = 1e-3
+
 __all__ = [
     "batch_targets",
     "fenchel_young_loss",
@@ -71,10 +75,20 @@ __all__ = [
 ]
 
 
+def _floating(t: Tensor, name: str) -> Tensor:
+    """``t`` itself if float32/float64, float16/bfloat16 as float32 (computed in float32, as
+    everywhere in the package); ``TypeError`` naming ``name`` for integer or bool tensors (a dtype
+    check: free, so fit for the functions the training loop calls per minibatch)."""
+    if not t.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor; got {t.dtype}")
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 def _memberships(R: object, name: str, like: Tensor | None = None,
                  like_name: str = "") -> Tensor:
-    """``R`` as a real, finite (n, k) tensor (of ``like``'s shape when given), else raise."""
-    R = check_finite(check_matrix(R, name, "(n, k)"), name)
+    """``R`` as a real, finite (n, k) floating-point tensor (float16/bfloat16 as float32; of
+    ``like``'s shape when given), else raise."""
+    R = check_finite(_floating(check_matrix(R, name, "(n, k)"), name), name)
     if like is not None and R.shape != like.shape:
         raise ValueError(f"{name} must have the shape of {like_name} {tuple(like.shape)}; got "
                          f"{tuple(R.shape)}")
@@ -84,9 +98,17 @@ def _memberships(R: object, name: str, like: Tensor | None = None,
 def mapping_entropy(P: Tensor, assignment: str) -> Tensor:
     r"""Row entropies ``H(P_i)`` (n,) of the mapping's regulariser: Shannon ``-sum p log p``
     (softmax), Tsallis ``(4/3)(1 - sum p^{3/2})`` (entmax15), Gini ``(1/2)(1 - sum p^2)``
-    (sparsemax), ``0`` (hard)."""
+    (sparsemax), ``0`` (hard). The rows of ``P`` (n, k) must lie on the simplex (entries >= 0,
+    sums 1 within :data:`SIMPLEX_TOL`): ``ValueError`` naming ``P`` otherwise."""
     entry = get_assignment(assignment)
-    return entry.entropy(_memberships(P, "P"))
+    P = _memberships(P, "P")
+    if P.numel():
+        low = float(P.min())
+        off = float((P.sum(dim=1, dtype=torch.float64) - 1.0).abs().max())
+        if low < 0 or off > SIMPLEX_TOL:
+            raise ValueError(f"P's rows must lie on the simplex (entries >= 0, summing to 1); "
+                             f"got a smallest entry {low:.6g} and a row sum off 1 by {off:.3g}")
+    return entry.entropy(P)
 
 
 def fenchel_young_loss(D: Tensor, P: Tensor, T: float, assignment: str) -> Tensor:
@@ -100,7 +122,9 @@ def fenchel_young_loss(D: Tensor, P: Tensor, T: float, assignment: str) -> Tenso
     T = check_real(T, "T", minimum=0.0)
     n = D.shape[0]
     F_sum = objective_from_distances(D, T, assignment)
-    at_target = (P * D).sum() - 2.0 * T * mapping_entropy(P, assignment).sum()
+    # P's rows are not checked against the simplex here (a reduction per call of the training
+    # loop): mapping_entropy checks them
+    at_target = (P * D).sum() - 2.0 * T * get_assignment(assignment).entropy(P).sum()
     gap = (at_target - F_sum) / n
     if T == 0.0 or get_assignment(assignment).hard:
         return gap
@@ -139,8 +163,9 @@ def batch_targets(R: Tensor, rows: Tensor | slice, neighbors: Tensor | None, siz
         raise TypeError(f"rows must be a slice or an index tensor; got {type(rows).__name__}")
     if neighbors is not None:
         check_graph(R, neighbors)
-    sizes = check_finite(check_matrix(sizes.reshape(1, -1) if isinstance(sizes, Tensor)
-                                      else sizes, "sizes", "(k,)"), "sizes").reshape(-1)
+    sizes = check_finite(_floating(check_matrix(sizes.reshape(1, -1) if isinstance(sizes, Tensor)
+                                                else sizes, "sizes", "(k,)"), "sizes"),
+                         "sizes").reshape(-1)
     if sizes.numel() != R.shape[1]:
         raise ValueError(f"sizes must have shape ({R.shape[1]},); got {tuple(sizes.shape)}")
     Rbar = R[rows] if neighbors is None else neighbor_average(R, neighbors, rows)  # (b, k)
@@ -163,8 +188,8 @@ def neighbor_contrastive_loss(Z: Tensor, Z_pos: Tensor, tau: float = 0.5) -> Ten
     r"""Symmetric InfoNCE (module docstring) between rows ``Z`` (b, p) and their positives
     ``Z_pos`` (b, p), both on the unit sphere; row ``l != i`` of the other side is a negative."""
     tau = check_real(tau, "tau", positive=True)
-    Z = check_finite(check_matrix(Z, "Z", "(b, p)"), "Z")
-    Z_pos = check_finite(check_matrix(Z_pos, "Z_pos", "(b, p)"), "Z_pos")
+    Z = check_finite(_floating(check_matrix(Z, "Z", "(b, p)"), "Z"), "Z")
+    Z_pos = check_finite(_floating(check_matrix(Z_pos, "Z_pos", "(b, p)"), "Z_pos"), "Z_pos")
     if Z.shape != Z_pos.shape:
         raise ValueError(f"Z and Z_pos must be (b, p) of one shape; got {tuple(Z.shape)} and "
                          f"{tuple(Z_pos.shape)}")

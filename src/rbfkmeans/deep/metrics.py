@@ -24,12 +24,20 @@ from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 __all__ = ["ari", "cluster_acc", "contingency", "evaluate", "nmi"]
 
 
+#: the most entries :func:`contingency` builds (2 GiB of int64): labels that index a larger table
+#: (e.g. around 1e12) are refused there; the scores relabel them
+MAX_TABLE_ENTRIES = 1 << 28
+
+
 def _labels(a: Any, name: str) -> np.ndarray:
     arr = np.asarray(a)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be a 1-D array of labels; got shape {arr.shape}")
     if arr.size == 0:
         raise ValueError(f"{name} must not be empty")
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must hold integer labels; got dtype {arr.dtype} (e.g. "
+                        f"{arr[0]!r})")
     if not np.issubdtype(arr.dtype, np.integer):
         if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
             raise ValueError(f"{name} must hold integer labels; got dtype {arr.dtype}")
@@ -50,17 +58,31 @@ def _pair(y_true: Any, y_pred: Any) -> tuple[np.ndarray, np.ndarray]:
 
 def contingency(y_true: Any, y_pred: Any) -> np.ndarray:
     """Square contingency table ``M`` (m, m): ``M[a, b]`` = number of points predicted ``a``
-    with label ``b``."""
+    with label ``b`` (``m`` the largest label plus one; at most :data:`MAX_TABLE_ENTRIES`
+    entries)."""
     yt, yp = _pair(y_true, y_pred)
+    return _table(yt, yp, ("y_true", "y_pred"))
+
+
+def _table(yt: np.ndarray, yp: np.ndarray, names: tuple[str, str]) -> np.ndarray:
     m = int(max(yt.max(), yp.max())) + 1
+    if m * m > MAX_TABLE_ENTRIES:
+        name, top = (names[0], yt.max()) if yt.max() >= yp.max() else (names[1], yp.max())
+        raise ValueError(f"{name} holds labels up to {int(top)}: a contingency table indexed by "
+                         f"them would have {m} x {m} entries; relabel them 0 .. k-1 first "
+                         "(numpy.unique(..., return_inverse=True))")
     M = np.zeros((m, m), dtype=np.int64)  # (m, m)
     np.add.at(M, (yp, yt), 1)
     return M
 
 
 def cluster_acc(y_true: Any, y_pred: Any) -> float:
-    """Accuracy under the best one-to-one cluster-to-class matching (module docstring)."""
-    M = contingency(y_true, y_pred)
+    """Accuracy under the best one-to-one cluster-to-class matching (module docstring). The
+    labels are first renumbered ``0 .. k-1`` in order (the zero rows and columns of unused labels
+    change no matching), so any integer labels work."""
+    yt, yp = _pair(y_true, y_pred)
+    yt, yp = np.unique(yt, return_inverse=True)[1], np.unique(yp, return_inverse=True)[1]
+    M = _table(yt.reshape(-1), yp.reshape(-1), ("y_true", "y_pred"))
     rows, cols = linear_sum_assignment(M, maximize=True)
     return float(M[rows, cols].sum() / M.sum())
 

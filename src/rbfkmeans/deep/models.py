@@ -10,19 +10,91 @@ mirrored decoder ``10 -> 256 -> 256 -> 64`` (ReLU between layers, linear in and 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 from .._validation import check_positive_int
 
-__all__ = ["cnn_encoder", "mlp", "mlp_autoencoder"]
+__all__ = ["cnn_encoder", "input_width", "mlp", "mlp_autoencoder", "output_width"]
+
+#: layers that leave a row's width as it is (skipped when reading a network's widths)
+_SAME_WIDTH = (nn.Identity, nn.Flatten, nn.Dropout, nn.ReLU, nn.GELU, nn.Tanh, nn.Sigmoid,
+               nn.LeakyReLU)
+
+
+def _layers(module: object) -> list[nn.Module] | None:
+    """The layers of an ``nn.Sequential`` in call order, nested ones flattened; ``None`` for
+    anything else (whose order of calls its registration need not follow)."""
+    if not isinstance(module, nn.Sequential):
+        return None
+    out: list[nn.Module] = []
+    for m in module:
+        inner = _layers(m)
+        out.extend(inner if inner is not None else [m])
+    return out
+
+
+def input_width(module: object) -> int | None:
+    """The number of features of the rows an ``nn.Sequential`` network reads, from its first
+    ``Linear`` (``in_features``) or ``Unflatten(1, (c, h, w))`` (``c * h * w``), layers that
+    keep the width skipped; ``None`` when it cannot be read off (another network, another first
+    layer, a lazy ``Linear``)."""
+    layers = _layers(module)
+    for m in layers or []:
+        if isinstance(m, nn.Linear) and not isinstance(m, nn.LazyLinear):
+            return int(m.in_features)
+        if isinstance(m, nn.Unflatten):
+            size = m.unflattened_size
+            if m.dim != 1 or not all(isinstance(s, int) and s > 0 for s in size):
+                return None
+            return math.prod(size)
+        if not isinstance(m, _SAME_WIDTH):
+            return None
+    return None
+
+
+def output_width(module: object) -> int | None:
+    """The number of features an ``nn.Sequential`` network ending in a ``Linear`` (layers that
+    keep the width skipped) gives (``out_features``); ``None`` otherwise."""
+    layers = _layers(module)
+    for m in reversed(layers or []):
+        if isinstance(m, nn.Linear) and not isinstance(m, nn.LazyLinear):
+            return int(m.out_features)
+        if not isinstance(m, _SAME_WIDTH):
+            return None
+    return None
+
+
+def _check_seed(seed: object) -> int | None:
+    """``seed`` as an int: ``None`` or an integer in ``[0, 2**64 - 1]`` (torch's seeds; numpy
+    integers too), else ``TypeError``/``ValueError`` naming ``seed`` and the value."""
+    if seed is None:
+        return None
+    value = check_positive_int(seed, "seed", minimum=0)
+    if value >= 2**64:
+        raise ValueError(f"seed must be an integer in [0, 2**64 - 1]; got {seed!r}")
+    return value
+
+
+def _sizes(values: Any, name: str) -> list[int]:
+    """``values`` (a sequence of integers >= 1) as a list, each checked; errors name ``name``."""
+    try:
+        if isinstance(values, str | bytes):
+            raise TypeError
+        items = list(values)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of integers >= 1; got "
+                        f"{type(values).__name__} {values!r}") from None
+    return [check_positive_int(v, f"{name}[{i}]") for i, v in enumerate(items)]
 
 
 def mlp(sizes: Sequence[int]) -> nn.Sequential:
     """``Linear(s0, s1) -> ReLU -> ... -> Linear(s_{m-1}, s_m)`` (no activation after the last)."""
-    sizes = [check_positive_int(s, "sizes[i]") for s in sizes]
+    sizes = _sizes(sizes, "sizes")
     if len(sizes) < 2:
         raise ValueError(f"sizes must list at least an input and an output size; got {sizes!r}")
     layers: list[nn.Module] = []
@@ -46,7 +118,8 @@ def mlp_autoencoder(
     """
     n_features = check_positive_int(n_features, "n_features")
     n_latent = check_positive_int(n_latent, "n_latent")
-    hidden = [check_positive_int(h, "hidden[i]") for h in hidden]
+    hidden = _sizes(hidden, "hidden")
+    seed = _check_seed(seed)
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)
@@ -78,7 +151,8 @@ def cnn_encoder(
                                 else image_shape)
     n_latent = check_positive_int(n_latent, "n_latent")
     hidden = check_positive_int(hidden, "hidden")
-    chans = [check_positive_int(ch, "channels[i]") for ch in channels]
+    chans = _sizes(channels, "channels")
+    seed = _check_seed(seed)
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)

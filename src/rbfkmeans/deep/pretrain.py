@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .augment import random_affine, random_shift
+from .checks import check_output_width
 from .inputs import warn_if_unscaled
 from .losses import neighbor_contrastive_loss
 
@@ -56,10 +57,15 @@ class PretrainMixin:
 
     def pretrain(self: Any, X: Any) -> Any:
         """Train encoder and decoder on ``L_pre`` (module docstring): reconstruction plus
-        ``contrastive_weight`` times the neighbour-contrastive loss, for ``pretrain_epochs``."""
+        ``contrastive_weight`` times the neighbour-contrastive loss, for ``pretrain_epochs``.
+        The parameters and ``X`` are checked first; a call that raises (``KeyboardInterrupt``
+        too) leaves the clusterer and its networks exactly as they were."""
+        self._check_params()
         Xt = self._as_tensor(X)
-        warn_if_unscaled(Xt)
-        return self._pretrain(Xt, None)
+        check_output_width(self.decoder, Xt)
+        with self._all_or_nothing():
+            warn_if_unscaled(Xt)
+            return self._pretrain(Xt, None)
 
     def _pretrain(self: Any, Xt: Tensor, neighbors: Tensor | None) -> Any:
         """:meth:`pretrain` on a checked ``Xt``, with its kNN graph when the caller has it."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import check_positive_int
+from .._validation import check_positive_int, check_real
 from ..schedules import geometric_schedule
 
 __all__ = ["epoch_temperatures", "init_centroids"]
@@ -19,12 +19,15 @@ __all__ = ["epoch_temperatures", "init_centroids"]
 
 def epoch_temperatures(T_start: float, T_end: float, epochs: int) -> np.ndarray:
     """``epochs`` temperatures cooling geometrically from ``T_start`` to ``T_end`` (constant when
-    they are equal), drawn from :func:`rbfkmeans.schedules.geometric_schedule`."""
+    they are equal), drawn from :func:`rbfkmeans.schedules.geometric_schedule`. Both must be
+    finite and > 0 (a hard mapping has no temperatures to cool through), ``epochs >= 1``."""
+    T_start = check_real(T_start, "T_start", positive=True)
+    T_end = check_real(T_end, "T_end", positive=True)
     epochs = check_positive_int(epochs, "epochs")
     if T_start < T_end:
         raise ValueError(f"need T_start >= T_end; got T_start={T_start!r}, T_end={T_end!r}")
-    if epochs == 1 or T_start == T_end or T_end <= 0:
-        return np.full(epochs, float(T_start if T_end > 0 else T_end))
+    if epochs == 1 or T_start == T_end:
+        return np.full(epochs, T_start)
     ratio = (T_end / T_start) ** (1.0 / (epochs - 1))
     ladder = geometric_schedule(T_start, T_end, ratio)
     idx = np.round(np.linspace(0, len(ladder) - 1, epochs)).astype(int)

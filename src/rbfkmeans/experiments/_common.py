@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
+from .._validation import check_finite, check_matrix
 from ..distances import sq_distances
 from ..lloyd import lloyd
 from ..passes import Data
@@ -183,25 +184,61 @@ def _linfit(u: np.ndarray, v: np.ndarray) -> tuple[float, float, float]:
     return float(coef[0]), float(coef[1]), float(np.sqrt(np.mean(resid**2)))
 
 
+def _positive_series(T: Any, gap: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``T`` and ``gap`` as float arrays: 1-D, of one length, finite and > 0 (both enter through
+    logarithms), with at least two distinct temperatures; else ``ValueError`` naming them."""
+    out = []
+    for name, v in (("T", T), ("gap", gap)):
+        try:
+            a = np.asarray(v, float)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name} must be a sequence of real numbers; got "
+                            f"{type(v).__name__}") from None
+        if a.ndim != 1:
+            raise ValueError(f"{name} must be 1-D; got shape {a.shape}")
+        bad = ~(np.isfinite(a) & (a > 0))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"{name} must hold finite numbers > 0 (a logarithm is fitted); "
+                             f"got {float(a[i])!r} at index {i}")
+        out.append(a)
+    t, g = out
+    if t.shape != g.shape:
+        raise ValueError(f"T and gap must have one length; got {t.size} and {g.size}")
+    if np.unique(t).size < 2:
+        raise ValueError(f"T must hold at least two distinct temperatures; got {t.tolist()!r}")
+    return t, g
+
+
 def fit_exponential(T: Sequence[float] | np.ndarray, gap: Sequence[float] | np.ndarray
                     ) -> dict[str, float]:
-    """``gap = A exp(-B / T)``: least squares on ``log10 gap`` against ``1/T``."""
-    t, g = np.asarray(T, float), np.asarray(gap, float)
+    """``gap = A exp(-B / T)``: least squares on ``log10 gap`` against ``1/T`` (``T`` and
+    ``gap`` finite and > 0, at least two distinct ``T``)."""
+    t, g = _positive_series(T, gap)
     a, b, rms = _linfit(1.0 / t, np.log10(g))
     return {"A": 10.0**a, "B": -b * math.log(10.0), "rms_log10": rms, "points": int(t.size)}
 
 
 def fit_power(T: Sequence[float] | np.ndarray, gap: Sequence[float] | np.ndarray
               ) -> dict[str, float]:
-    """``gap = A T^p``: least squares on ``log10 gap`` against ``log10 T``."""
-    t, g = np.asarray(T, float), np.asarray(gap, float)
+    """``gap = A T^p``: least squares on ``log10 gap`` against ``log10 T`` (``T`` and ``gap``
+    finite and > 0, at least two distinct ``T``)."""
+    t, g = _positive_series(T, gap)
     a, p, rms = _linfit(np.log10(t), np.log10(g))
     return {"A": 10.0**a, "p": p, "rms_log10": rms, "points": int(t.size)}
 
 
 def match_max_error(C: torch.Tensor, C_ref: torch.Tensor) -> float:
-    """``max_j ||c_j - c*_pi(j)||`` for the assignment ``pi`` minimising the total distance."""
-    Dm = torch.cdist(C.double(), C_ref.double()).numpy()  # (k, k)
+    """``max_j ||c_j - c*_pi(j)||`` for the assignment ``pi`` minimising the total distance;
+    ``C`` and ``C_ref`` finite (k, d) tensors of one shape."""
+    for name, M in (("C", C), ("C_ref", C_ref)):
+        check_finite(check_matrix(M, name, "(k, d)"), name)
+    if C.shape != C_ref.shape:
+        raise ValueError(f"C and C_ref must have one shape (k, d) to be matched one to one; got "
+                         f"{tuple(C.shape)} and {tuple(C_ref.shape)}")
+    if C.shape[0] == 0:
+        raise ValueError("C must hold at least one centroid; got shape (0, d)")
+    Dm = torch.cdist(C.double(), C_ref.double()).cpu().numpy()  # (k, k)
     rows, cols = linear_sum_assignment(Dm)
     return float(Dm[rows, cols].max())
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._validation import check_finite, check_matrix, check_real
 from ..annealing import anneal, soft_lloyd
 from ..assignments import get_mapping
 from ..distances import sq_distances
@@ -43,7 +44,10 @@ EPS = 1e-4
 
 
 def distinct_count(C: torch.Tensor, tol: float = DISTINCT_TOL) -> int:
-    """Number of groups of centroids, grouping those within ``tol`` (single linkage)."""
+    """Number of groups of centroids ``C`` (k, d) (finite), grouping those within ``tol``
+    (a finite number >= 0; single linkage)."""
+    check_finite(check_matrix(C, "C", "(k, d)"), "C")
+    tol = check_real(tol, "tol", minimum=0.0)
     k = C.shape[0]
     close = (torch.cdist(C.double(), C.double()) <= tol).numpy()  # (k, k)
     seen, groups = np.zeros(k, bool), 0

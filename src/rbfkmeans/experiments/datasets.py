@@ -13,10 +13,13 @@ datasets (the critical temperature ``lambda_max(Cov X)`` then lies between 1 and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+from .._validation import check_nonnegative, check_positive_int, check_real
 
 __all__ = ["DATASETS", "Dataset", "blobs", "circles", "make_dataset", "moons", "spirals",
            "standardize"]
@@ -28,17 +31,45 @@ def _split(n: int, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
+#: draws of the blob centres before :func:`blobs` gives up on the separation it was asked for
+MAX_CENTER_DRAWS = 10_000
+
+
+def _size(n: object) -> int:
+    return check_positive_int(n, "n")
+
+
+def _seed(seed: object) -> int:
+    return check_positive_int(seed, "seed", minimum=0)
+
+
+def _cannot_place(centers: int, std: float, box: float, why: str) -> ValueError:
+    return ValueError(f"cannot place centers={centers} blob centres at least 6 * std = "
+                      f"{6 * std:g} apart in [-box, box]^2 with box={box:g} ({why}): lower "
+                      "centers or std, or raise box")
+
+
 def blobs(
     n: int = 1000, *, centers: int = 4, std: float = 0.6, box: float = 5.0, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """``centers`` isotropic Gaussian blobs of standard deviation ``std``; centres drawn uniformly
-    in ``[-box, box]^2`` (redrawn until they are at least ``6 std`` apart)."""
+    in ``[-box, box]^2`` (redrawn until they are at least ``6 std`` apart; ``ValueError`` when
+    discs of radius ``3 std`` about them cannot fit, or after :data:`MAX_CENTER_DRAWS` draws)."""
+    n, seed = _size(n), _seed(seed)
+    centers = check_positive_int(centers, "centers")
+    std = check_nonnegative(std, "std")
+    box = check_real(box, "box", positive=True)
+    # disjoint discs of radius 3 std, centred in the box, lie in the box grown by 3 std
+    if centers * math.pi * (3 * std) ** 2 > (2 * box + 6 * std) ** 2:
+        raise _cannot_place(centers, std, box, "their discs of radius 3 * std do not fit")
     rng = np.random.default_rng(seed)
-    while True:
+    for _ in range(MAX_CENTER_DRAWS):
         mu = rng.uniform(-box, box, size=(centers, 2))  # (c, 2)
         gaps = np.linalg.norm(mu[:, None] - mu[None], axis=-1) + np.eye(centers) * 1e9
         if gaps.min() >= 6 * std:
             break
+    else:
+        raise _cannot_place(centers, std, box, f"no draw of {MAX_CENTER_DRAWS} succeeded")
     y = np.repeat(np.arange(centers), _split(n, centers))  # (n,)
     X = mu[y] + std * rng.standard_normal((n, 2))  # (n, 2)
     return X, y
@@ -47,6 +78,7 @@ def blobs(
 def moons(n: int = 1000, *, noise: float = 0.08, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Two interleaved half circles: ``(cos t, sin t)`` and ``(1 - cos t, 1/2 - sin t)``,
     ``t`` uniform in ``[0, pi]``, plus Gaussian noise of standard deviation ``noise``."""
+    n, seed, noise = _size(n), _seed(seed), check_nonnegative(noise, "noise")
     rng = np.random.default_rng(seed)
     n0, n1 = _split(n, 2)
     t0, t1 = rng.uniform(0, np.pi, n0), rng.uniform(0, np.pi, n1)
@@ -62,6 +94,8 @@ def spirals(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Two arms ``theta (cos theta, sin theta)`` and its rotation by pi, ``theta`` in
     ``[pi/2, pi/2 + 2 pi turns]`` with density uniform in arc length (roughly), plus noise."""
+    n, seed, noise = _size(n), _seed(seed), check_nonnegative(noise, "noise")
+    turns = check_real(turns, "turns", positive=True)
     rng = np.random.default_rng(seed)
     lo, hi = np.pi / 2, np.pi / 2 + 2 * np.pi * turns
     parts = []
@@ -78,6 +112,8 @@ def circles(
     n: int = 1000, *, factor: float = 0.5, noise: float = 0.05, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """Two concentric circles of radii 1 and ``factor`` (half the points each), plus noise."""
+    n, seed, noise = _size(n), _seed(seed), check_nonnegative(noise, "noise")
+    factor = check_nonnegative(factor, "factor")
     rng = np.random.default_rng(seed)
     n0, n1 = _split(n, 2)
     t = rng.uniform(0, 2 * np.pi, n)
@@ -88,9 +124,19 @@ def circles(
 
 
 def standardize(X: np.ndarray) -> np.ndarray:
-    """``(X - mean) / s`` with ``s^2 = trace(Cov X) / d``: zero mean, unit average variance."""
+    """``(X - mean) / s`` with ``s^2 = trace(Cov X) / d``: zero mean, unit average variance.
+    ``X`` (n, d) must be finite and not constant (``s > 0``)."""
+    arr = np.asarray(X)
+    if arr.ndim != 2 or arr.size == 0 or arr.dtype.kind not in "biuf":
+        raise ValueError(f"X must be a non-empty 2-D array of real numbers (n, d); got "
+                         f"{arr.dtype} of shape {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise ValueError("X must be finite; got NaN or inf entries")
     Xc = X - X.mean(axis=0)
     s = np.sqrt((Xc**2).sum() / Xc.size)
+    if not s > 0:
+        raise ValueError("X must not be constant: all its rows are equal, so it has no spread "
+                         "to scale to 1")
     return Xc / s
 
 
@@ -115,9 +161,14 @@ DATASETS: dict[str, tuple[Callable[..., tuple[np.ndarray, np.ndarray]], int]] = 
 
 
 def make_dataset(name: str, n: int, seed: int, k: int | None = None) -> Dataset:
-    """The standardised dataset ``name`` with ``n`` points drawn with ``seed``."""
-    if name not in DATASETS:
+    """The standardised dataset ``name`` with ``n >= 2`` points drawn with ``seed``, to be
+    clustered with ``k`` (default: the dataset's) clusters, ``1 <= k <= n``."""
+    if not isinstance(name, str) or name not in DATASETS:
         raise ValueError(f"name must be one of {', '.join(map(repr, DATASETS))}; got {name!r}")
+    n = check_positive_int(n, "n", minimum=2)
     gen, k_default = DATASETS[name]
+    k = k_default if k is None else check_positive_int(k, "k")
+    if k > n:
+        raise ValueError(f"k must be at most n={n} (the number of points); got k={k}")
     X, y = gen(n, seed=seed)
-    return Dataset(name, standardize(X), y, k_default if k is None else int(k))
+    return Dataset(name, standardize(X), y, k)

@@ -1,0 +1,97 @@
+"""What :class:`~rbfkmeans.deep.DeepClusterer` checks before a stage changes anything, and how a
+stage that raises is undone.
+
+A stage (``pretrain``, ``init_layer``, ``fit``) first checks the networks and the rows: the
+encoder and the decoder are ``nn.Module`` s, ``X`` has the encoder's input width (read off an
+``nn.Sequential``'s first layer, :func:`~rbfkmeans.deep.models.input_width`, else tried on two
+rows in eval mode without gradients) and a ``Sequential`` decoder gives that width back. Then it
+runs inside :func:`all_or_nothing`: training changes the networks in place (weights, buffers,
+gradients, train/eval modes) and the clusterer's attributes one by one, so a stage that raises,
+``KeyboardInterrupt`` included, puts all of them back as they were.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn.parameter import is_lazy
+
+from .._parameters import restored_on_failure
+from .models import input_width, output_width
+
+__all__ = ["all_or_nothing", "check_input_width", "check_networks", "check_output_width"]
+
+
+def check_networks(encoder: Any, decoder: Any) -> None:
+    """``TypeError`` naming ``encoder`` or ``decoder`` unless they are ``nn.Module`` s (the
+    decoder may be ``None``)."""
+    if not isinstance(encoder, nn.Module):
+        raise TypeError(f"encoder must be a torch.nn.Module; got {type(encoder).__name__}")
+    if decoder is not None and not isinstance(decoder, nn.Module):
+        raise TypeError(f"decoder must be a torch.nn.Module or None; got "
+                        f"{type(decoder).__name__}")
+
+
+def check_input_width(encoder: nn.Module, Xt: Tensor) -> None:
+    """``ValueError`` naming ``X`` unless the rows ``Xt`` (n, d) have the encoder's input width
+    (module docstring). Trying the encoder changes no state: its modes are put back."""
+    check_networks(encoder, None)
+    d = Xt.shape[1]
+    width = input_width(encoder)
+    if width is not None:
+        if d != width:
+            raise ValueError(f"X must have {width} features (columns), the encoder's input "
+                             f"width; got {d} (X of shape {tuple(Xt.shape)})")
+        return
+    if any(is_lazy(p) for p in encoder.parameters()):
+        return  # a lazy module takes its width from the first rows it sees
+    modes = [m.training for m in encoder.modules()]
+    try:
+        encoder.eval()
+        with torch.no_grad():
+            encoder(Xt[:2])
+    except RuntimeError as exc:
+        raise ValueError(f"X of shape {tuple(Xt.shape)} does not fit the encoder ({d} "
+                         f"features): {exc}") from exc
+    finally:
+        for m, mode in zip(encoder.modules(), modes, strict=True):
+            m.training = mode
+
+
+def check_output_width(decoder: nn.Module | None, Xt: Tensor) -> None:
+    """``ValueError`` naming ``decoder`` when an ``nn.Sequential`` decoder ending in a ``Linear``
+    cannot give back the features of the rows ``Xt``."""
+    width = output_width(decoder)
+    if width is not None and width != Xt.shape[1]:
+        raise ValueError(f"decoder must map embeddings back to X's {Xt.shape[1]} features; "
+                         f"its last layer gives {width}")
+
+
+@contextmanager
+def all_or_nothing(owner: Any, *networks: nn.Module | None) -> Iterator[None]:
+    """Around a stage of ``owner``: if it raises anything (``KeyboardInterrupt`` too), every
+    attribute of ``owner`` is put back (:func:`rbfkmeans._parameters.restored_on_failure`), and
+    so are the weights and buffers (copies of their ``state_dict``), the gradients and the
+    train/eval modes of ``networks`` (``None`` entries skipped), which training changes in
+    place."""
+    modules = [m for m in networks if isinstance(m, nn.Module)]
+    states = [{key: v.clone() if isinstance(v, Tensor) else copy.deepcopy(v)  # extra state
+               for key, v in m.state_dict().items()} for m in modules]
+    grads = [[p.grad for p in m.parameters()] for m in modules]
+    modes = [[sub.training for sub in m.modules()] for m in modules]
+    with restored_on_failure(owner):
+        try:
+            yield
+        except BaseException:
+            for m, state, grad, mode in zip(modules, states, grads, modes, strict=True):
+                m.load_state_dict(state)
+                for p, g in zip(m.parameters(), grad, strict=True):
+                    p.grad = g
+                for sub, training in zip(m.modules(), mode, strict=True):
+                    sub.training = training
+            raise
