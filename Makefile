@@ -17,7 +17,7 @@ venv: $(BIN)/python
 	$(BIN)/pip install -q -e ".[test,dev]"
 
 report: venv
-	$(BIN)/rbfkmeans reproduce --out report
+	$(BIN)/rbfkmeans reproduce --out report --force
 
 test: venv
 	$(BIN)/python -m pytest -q

@@ -35,23 +35,30 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
 def _cmd_deep_cluster(args: argparse.Namespace) -> int:
     import torch
 
+    from .atomic_files import staged_folder
     from .deep.experiment import run_ablation, run_deep_cluster
+    from .table_file import one_line
 
-    hidden = None if args.hidden is None else tuple(int(h) for h in args.hidden.split(","))
-    settings = {"quick": args.quick, "progress": not args.no_progress, "hidden": hidden,
+    settings = {"quick": args.quick, "progress": not args.no_progress, "hidden": args.hidden,
                 "assignment": args.assignment, "epochs": args.epochs,
                 "pretrain_epochs": args.pretrain_epochs}
     threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, args.threads))
+    torch.set_num_threads(args.threads)
     try:
-        if args.ablation:
-            run_ablation(args.dataset, args.seeds, args.out, **settings)
-            print((Path(args.out) / "ablation.md").read_text())
-            return 0
-        res = run_deep_cluster(args.dataset, args.seeds, args.out, figure=not args.no_figure,
-                               **settings)
+        with staged_folder(Path(args.out), args.force) as stage:
+            if args.ablation:
+                run_ablation(args.dataset, args.seeds, stage, **settings)
+            else:
+                res = run_deep_cluster(args.dataset, args.seeds, stage,
+                                       figure=not args.no_figure, **settings)
+    except (ValueError, OSError) as exc:
+        print(f"rbfkmeans deep-cluster: error: {one_line(exc)}", file=sys.stderr)
+        return 2
     finally:
         torch.set_num_threads(threads)
+    if args.ablation:
+        print((Path(args.out) / "ablation.md").read_text())
+        return 0
     for method, row in res["methods"].items():
         cells = "  ".join(f"{m.upper()} {row['mean'][m]:.3f}±{row['std'][m]:.3f}"
                           for m in ("acc", "nmi", "ari"))
@@ -78,22 +85,28 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_fit import add_fit_parser  # the command's heavy imports wait until it runs
 
     add_fit_parser(sub)
+    from .cli_args import integer_at_least, widths
     from .deep.datasets import DATASETS
 
     deep = sub.add_parser(
         "deep-cluster", help="k-means on raw features vs autoencoder then k-means vs joint training"
     )
     deep.add_argument("--dataset", choices=DATASETS, default="digits")
-    deep.add_argument("--seeds", type=int, default=3, help="runs with seeds 0..N-1 (default 3)")
-    deep.add_argument("--out", default="out/deep", help="output folder (default out/deep)")
+    deep.add_argument("--seeds", type=integer_at_least(1), default=3,
+                      help="runs with seeds 0..N-1 (default 3)")
+    deep.add_argument("--out", default="out/deep",
+                      help="output folder, new or empty, written all or none (default out/deep)")
+    deep.add_argument("--force", action="store_true", help="write into a folder that holds "
+                      "files, replacing those of the same names")
     deep.add_argument("--assignment", choices=tuple(ASSIGNMENTS))
-    deep.add_argument("--epochs", type=int, help="joint-training epochs")
-    deep.add_argument("--pretrain-epochs", type=int, help="autoencoder pretraining epochs")
-    deep.add_argument("--hidden", help="hidden layer widths, e.g. 256,256")
+    deep.add_argument("--epochs", type=integer_at_least(0), help="joint-training epochs")
+    deep.add_argument("--pretrain-epochs", type=integer_at_least(0),
+                      help="autoencoder pretraining epochs")
+    deep.add_argument("--hidden", type=widths, help="hidden layer widths, e.g. 256,256")
     deep.add_argument("--quick", action="store_true", help="tiny networks and epochs (smoke test)")
     deep.add_argument("--ablation", action="store_true",
                       help="train variants of the joint method; write ablation.json/.md")
-    deep.add_argument("--threads", type=int, default=1,
+    deep.add_argument("--threads", type=integer_at_least(1), default=1,
                       help="torch threads (default 1: these small networks gain nothing from more)")
     deep.add_argument("--no-progress", action="store_true")
     deep.add_argument("--no-figure", action="store_true")

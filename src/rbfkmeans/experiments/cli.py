@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -11,12 +12,18 @@ __all__ = ["add_reproduce_parser"]
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
+    from ..atomic_files import staged_folder
+    from ..table_file import one_line
     from .runner import run_reproduction  # heavy imports only when the command runs
 
-    if args.threads < 1:
-        raise SystemExit(f"--threads must be >= 1; got {args.threads}")
     t0 = time.perf_counter()
-    res = run_reproduction(args.out, quick=args.quick, seed=args.seed, threads=args.threads)
+    try:
+        with staged_folder(Path(args.out), args.force) as stage:
+            res = run_reproduction(stage, quick=args.quick, seed=args.seed,
+                                   threads=args.threads)
+    except (ValueError, OSError) as exc:
+        print(f"rbfkmeans reproduce: error: {one_line(exc)}", file=sys.stderr)
+        return 2
     n_png = sum(1 for _ in Path(args.out).glob("*.png"))
     print(f"wrote {args.out}/results.json, {args.out}/report.md and {n_png} figures "
           f"in {time.perf_counter() - t0:.0f} s")
@@ -29,15 +36,20 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
 
 def add_reproduce_parser(sub: Any) -> None:
     """Register ``reproduce`` on the subparsers object ``sub`` of the main parser."""
+    from ..cli_args import integer_at_least
     p = sub.add_parser(
         "reproduce",
         help="measure every claim of the paper and the interview question; write a report",
         description="Run the reproduction: results.json (raw numbers), PNG figures drawn from it, "
         "and report.md. The default run takes minutes; --quick is a small version.",
     )
-    p.add_argument("--out", required=True, help="output folder (created)")
+    p.add_argument("--out", required=True,
+                   help="output folder: new or empty, written all or none")
+    p.add_argument("--force", action="store_true",
+                   help="write into a folder that holds files, replacing those of the same names")
     p.add_argument("--quick", action="store_true", help="small sizes (what the tests run)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the datasets and the runs")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--seed", type=integer_at_least(0), default=0,
+                   help="seed of the datasets and the runs")
+    p.add_argument("--threads", type=integer_at_least(1), default=1,
                    help="torch threads while it runs (default 1: the problems are small)")
     p.set_defaults(func=_cmd_reproduce)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
 
 __all__ = ["add_vq_parser"]
@@ -11,16 +13,21 @@ __all__ = ["add_vq_parser"]
 def _cmd_vq(args: argparse.Namespace) -> int:
     import torch
 
+    from ..atomic_files import staged_folder
+    from ..table_file import one_line
     from .experiment import run_vq  # heavy imports only when the command runs
 
-    if args.threads < 1:
-        raise SystemExit(f"--threads must be >= 1; got {args.threads}")
     threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     try:
-        res = run_vq(args.out, args.dataset, args.seeds, quick=args.quick, peer=not args.no_peer,
-                     progress=not args.no_progress, figure=not args.no_figure,
-                     steps=args.steps, codebook_size=args.codebook_size)
+        with staged_folder(Path(args.out), args.force) as stage:
+            res = run_vq(stage, args.dataset, args.seeds, quick=args.quick,
+                         peer=not args.no_peer, progress=not args.no_progress,
+                         figure=not args.no_figure, steps=args.steps,
+                         codebook_size=args.codebook_size)
+    except (ValueError, OSError) as exc:
+        print(f"rbfkmeans vq: error: {one_line(exc)}", file=sys.stderr)
+        return 2
     finally:
         torch.set_num_threads(threads)
     k = res["config"]["codebook_size"]
@@ -45,6 +52,7 @@ def _cmd_vq(args: argparse.Namespace) -> int:
 
 def add_vq_parser(sub: Any) -> None:
     """Register ``vq`` on the subparsers object ``sub`` of the main parser."""
+    from ..cli_args import integer_at_least
     p = sub.add_parser(
         "vq", help="a VQ autoencoder on digits or MNIST: VectorQuantizer vs "
         "vector-quantize-pytorch",
@@ -54,15 +62,20 @@ def add_vq_parser(sub: Any) -> None:
     )
     p.add_argument("--dataset", choices=("digits", "mnist"), default="digits",
                    help="digits (scikit-learn) or mnist (the mnist extra)")
-    p.add_argument("--out", required=True, help="output folder (created)")
-    p.add_argument("--seeds", type=int, default=3, help="runs with seeds 0..N-1 (default 3)")
-    p.add_argument("--steps", type=int, help="training steps (default 3000; mnist 5000)")
-    p.add_argument("--codebook-size", type=int,
+    p.add_argument("--out", required=True,
+                   help="output folder: new or empty, written all or none")
+    p.add_argument("--force", action="store_true",
+                   help="write into a folder that holds files, replacing those of the same names")
+    p.add_argument("--seeds", type=integer_at_least(1), default=3,
+                   help="runs with seeds 0..N-1 (default 3)")
+    p.add_argument("--steps", type=integer_at_least(1),
+                   help="training steps (default 3000; mnist 5000)")
+    p.add_argument("--codebook-size", type=integer_at_least(1),
                    help="codes in the codebook (default 128; mnist 256)")
     p.add_argument("--quick", action="store_true", help="tiny settings (what the tests run)")
     p.add_argument("--no-peer", action="store_true",
                    help="leave vector-quantize-pytorch out even when it is installed")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=integer_at_least(1), default=1,
                    help="torch threads (default 1: these small networks gain nothing from more)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--no-figure", action="store_true")

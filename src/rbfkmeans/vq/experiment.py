@@ -323,8 +323,13 @@ def run_vq(
     cfg = default_config(quick, dataset, **overrides)
     seed_list = check_seeds(seeds)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     X_train, X_test = load_split(dataset, cfg["test_size"])
+    vectors = X_train.shape[0] * cfg["slots"]  # what the codebook is trained on
+    if cfg["codebook_size"] > vectors:
+        raise ValueError(
+            f"codebook_size={cfg['codebook_size']} exceeds the {vectors} training vectors "
+            f"({X_train.shape[0]} images x {cfg['slots']} slots): codes beyond them stay unused")
+    out.mkdir(parents=True, exist_ok=True)
     version = peer_version() if peer else None
     methods: dict[str, Any] = {}
     wall = time.perf_counter()
