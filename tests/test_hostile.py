@@ -321,7 +321,7 @@ def test_quantizer_inputs_beyond_its_dtype_are_refused_before_any_change() -> No
     vq(Z)
     state = {k: v.clone() for k, v in vq.state_dict().items() if isinstance(v, torch.Tensor)}
     for z in (Z * 1e20, Z.double() * 1e160):
-        with pytest.raises(ValueError, match=r"^z lies too far from the centroids for torch"):
+        with pytest.raises(ValueError, match=r"^z lies too far from the codes for torch"):
             vq(z)
     after = {k: v for k, v in vq.state_dict().items() if isinstance(v, torch.Tensor)}
     assert all(torch.equal(state[k], after[k]) for k in state)
@@ -331,6 +331,12 @@ def test_quantizer_inputs_beyond_its_dtype_are_refused_before_any_change() -> No
         fresh(Z * 1e20)
     assert not bool(fresh.initialized)
     assert torch.isfinite(vq(Z * 1e15)[2])  # large but within float32's reach
+    offset = Z * 1e15 + 1e17  # far from the origin, its spread within reach: the codes follow
+    seeded = rk.VectorQuantizer(4, 8, update="kmeans")
+    seeded.train()
+    seeded(Z * 1e15)
+    for _ in range(3):
+        assert torch.isfinite(seeded(offset)[2])
 
 
 # -- extreme weights and temperatures: the work does not grow with them -----------------------

@@ -497,27 +497,49 @@ def test_wrong_feature_count_names_x_and_changes_nothing(
     _assert_same(before, _snapshot(dc))
 
 
-def test_wrong_feature_count_on_another_encoder_is_a_value_error() -> None:
-    """An encoder whose width cannot be read off (not a Sequential) is tried on two rows."""
+def test_another_encoder_is_never_run_to_check_the_width() -> None:
+    """An encoder whose width cannot be read off (not a Sequential) was tried on two rows in
+    eval mode before every stage and every ``transform``: an encoder that initialises itself
+    from its first rows (ActNorm-like) then did so from those two (digits ACC 0.835 -> 0.796),
+    and one that draws random numbers shifted the caller's stream. Now it is not run: rows of
+    the wrong width raise inside the stage, which leaves everything as it was."""
 
     class Enc(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.out = nn.Linear(8, 3)
             self.inp = nn.Linear(64, 8)  # registered second: the order is no guide
+            self.rows: list[int] = []
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.rows.append(int(x.shape[0]))
             return self.out(torch.relu(self.inp(x)))
 
     enc = Enc()
     dc = DeepClusterer(enc, None, 3, pretrain_epochs=0, epochs=1, n_neighbors=0)
     X = _digits()
     enc.train()
-    with pytest.raises(ValueError, match=r"X of shape \(200, 10\) does not fit the encoder"):
+    before = {k: v.clone() for k, v in enc.state_dict().items()}
+    with pytest.raises(RuntimeError):
         dc.fit(X[:, :10])
     assert enc.training
     assert not hasattr(dc, "timings_")
+    assert all(torch.equal(before[k], v) for k, v in enc.state_dict().items())
+    enc.rows.clear()
     dc.fit(X)  # the right width is taken
+    assert dc.labels_.shape == (200,)
+    assert 2 not in enc.rows  # no two-row trial
+    enc.rows.clear()
+    dc.predict(X[:5])
+    assert enc.rows == [5]  # one forward, of the rows asked for
+
+
+def test_a_lazy_encoder_trains() -> None:
+    """Copying the state of an encoder with a ``LazyLinear`` not initialised yet failed
+    ("Attempted to use an uninitialized parameter"), so no stage could run."""
+    dc = DeepClusterer(nn.Sequential(nn.LazyLinear(4)), None, 3, pretrain_epochs=1, epochs=1,
+                       n_neighbors=5, random_state=0)
+    dc.fit(_digits())
     assert dc.labels_.shape == (200,)
 
 

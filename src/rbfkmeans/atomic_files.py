@@ -7,8 +7,8 @@ moves the temporaries onto the targets; on any failure, an interrupt included, t
 as it was: temporaries and outputs already moved are removed, the files they replaced are put
 back (kept meanwhile as hard links, or renamed where there are none) and folders made for them
 are removed. A command that writes a whole report folder (``reproduce``, ``deep-cluster``,
-``vq``) writes it into :func:`staged_folder`'s temporary folder, whose files are moved into the
-report folder the same way once the command has succeeded. Problems are :class:`OutputError`,
+``vq``) writes it into :func:`staged_folder`'s temporary folder inside it, whose files are moved
+into place the same way once the command has succeeded. Problems are :class:`OutputError`,
 one line each.
 """
 
@@ -139,26 +139,26 @@ def check_report_folder(out: Path | str, force: bool) -> None:
 
 @contextlib.contextmanager
 def staged_folder(out: Path | str, force: bool) -> Iterator[Path]:
-    """A report folder written all or none. Checks ``out`` (:func:`check_report_folder`), then
-    yields a new temporary folder next to it for the command to write its files into; when the
-    block ends without error they are moved into ``out`` (made if need be) all or none, files
-    of the same names there replaced only with ``force``. On any failure, an interrupt
-    included, the temporary folder is removed and ``out`` is left as it was."""
+    """A report folder written all or none. Checks ``out`` (:func:`check_report_folder`), makes
+    it if need be, then yields a new hidden temporary folder inside it for the command to write
+    its files into (on ``out``'s own file system, whatever its parent's: a mount point, a link
+    to another disk); when the block ends without error the files are moved out of it into
+    ``out`` all or none, files of the same names replaced only with ``force``. On any failure,
+    an interrupt included, the temporary folder and the folders made for it are removed and
+    ``out`` is left as it was."""
     out = as_path(out, "out")
     check_report_folder(out, force)
-    created = _make_folders(out.parent)
+    created = _make_folders(out)
+    stage: Path | None = None
     try:
-        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    except OSError as exc:
-        for folder in reversed(created):
-            _remove_folder(folder)
-        raise OutputError(f"{out}: cannot write ({_reason(exc)})") from None
-    try:
+        try:
+            stage = Path(tempfile.mkdtemp(prefix=".rbfkmeans-report.", suffix=".tmp", dir=out))
+        except OSError as exc:
+            raise OutputError(f"{out}: cannot write ({_reason(exc)})") from None
         yield stage
         files = sorted(stage.iterdir())
         if any(f.is_symlink() or not f.is_file() for f in files):
             raise OutputError(f"{out}: a report holds plain files only")
-        created += _make_folders(out)
         targets = [out / f.name for f in files]
         existing = [t for t in targets if os.path.lexists(t)]
         if any(t.is_dir() for t in existing):
@@ -168,7 +168,8 @@ def staged_folder(out: Path | str, force: bool) -> Iterator[Path]:
                               "written; pass --force to overwrite")
         _commit(files, targets)
     except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
         for folder in reversed(created):
             _remove_folder(folder)
         raise

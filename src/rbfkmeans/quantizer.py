@@ -337,10 +337,12 @@ class VectorQuantizer(nn.Module):
             if self._spherical:
                 self._renormalize()
             X_d = X.detach()
-            if not self._spherical:  # finite z whose squared terms overflow the loss's dtype
-                check_reach(X_d, self.codebook.detach(), total=X.shape[0], name="z",
+            seeding = self.training and not bool(self.initialized)
+            if seeding and not self._spherical:  # refused before the codebook is seeded from
+                # z: its codes lie within max|x| of the origin, so |x - c| <= 2 max|x|
+                check_reach(X_d, self.codebook.detach(), total=4 * X.shape[0], name="z",
                             dtype=X.dtype)
-            if self.training and not bool(self.initialized):
+            if seeding:
                 self._initialize(X_d, comm)
             # a copy: the graph keeps it, so the in-place updates below leave backward intact
             C = self.codebook.to(X.dtype, copy=True)  # (k, d)
@@ -352,6 +354,9 @@ class VectorQuantizer(nn.Module):
             if self.update == "objective":
                 loss = loss + objective_from_distances(D, self.temperature, self.assignment)
             loss = loss / max(X.numel(), 1)
+            if not bool(torch.isfinite(loss.detach())):  # z is finite (checked): squares overflow
+                raise ValueError(f"z lies too far from the codes for {X.dtype}: the loss "
+                                 "overflows (its squared terms do not fit); rescale z")
             if self.training:
                 self._step(X_d, D.detach(), indices, comm)
             else:

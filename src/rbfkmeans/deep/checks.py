@@ -2,9 +2,9 @@
 stage that raises is undone.
 
 A stage (``pretrain``, ``init_layer``, ``fit``) first checks the networks and the rows: the
-encoder and the decoder are ``nn.Module`` s, ``X`` has the encoder's input width (read off an
-``nn.Sequential``'s first layer, :func:`~rbfkmeans.deep.models.input_width`, else tried on two
-rows in eval mode without gradients) and a ``Sequential`` decoder gives that width back. Then it
+encoder and the decoder are ``nn.Module`` s, ``X`` has the input width of an ``nn.Sequential``
+encoder (read off its first layer, :func:`~rbfkmeans.deep.models.input_width`) and a
+``Sequential`` decoder gives that width back. Then it
 runs inside :func:`all_or_nothing`: training changes the networks in place (weights, buffers,
 gradients, train/eval modes) and the clusterer's attributes one by one, so a stage that raises,
 ``KeyboardInterrupt`` included, puts all of them back as they were.
@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 from torch.nn.parameter import is_lazy
 
@@ -38,29 +37,16 @@ def check_networks(encoder: Any, decoder: Any) -> None:
 
 
 def check_input_width(encoder: nn.Module, Xt: Tensor) -> None:
-    """``ValueError`` naming ``X`` unless the rows ``Xt`` (n, d) have the encoder's input width
-    (module docstring). Trying the encoder changes no state: its modes are put back."""
+    """``ValueError`` naming ``X`` unless the rows ``Xt`` (n, d) have the input width of an
+    ``nn.Sequential`` encoder (module docstring). Other encoders are not run to find out (a
+    forward pass may initialise them from its rows or draw random numbers): rows they cannot
+    take raise in the stage, which :func:`all_or_nothing` then undoes."""
     check_networks(encoder, None)
     d = Xt.shape[1]
     width = input_width(encoder)
-    if width is not None:
-        if d != width:
-            raise ValueError(f"X must have {width} features (columns), the encoder's input "
-                             f"width; got {d} (X of shape {tuple(Xt.shape)})")
-        return
-    if any(is_lazy(p) for p in encoder.parameters()):
-        return  # a lazy module takes its width from the first rows it sees
-    modes = [m.training for m in encoder.modules()]
-    try:
-        encoder.eval()
-        with torch.no_grad():
-            encoder(Xt[:2])
-    except RuntimeError as exc:
-        raise ValueError(f"X of shape {tuple(Xt.shape)} does not fit the encoder ({d} "
-                         f"features): {exc}") from exc
-    finally:
-        for m, mode in zip(encoder.modules(), modes, strict=True):
-            m.training = mode
+    if width is not None and d != width:
+        raise ValueError(f"X must have {width} features (columns), the encoder's input "
+                         f"width; got {d} (X of shape {tuple(Xt.shape)})")
 
 
 def check_output_width(decoder: nn.Module | None, Xt: Tensor) -> None:
@@ -80,8 +66,7 @@ def all_or_nothing(owner: Any, *networks: nn.Module | None) -> Iterator[None]:
     train/eval modes of ``networks`` (``None`` entries skipped), which training changes in
     place."""
     modules = [m for m in networks if isinstance(m, nn.Module)]
-    states = [{key: v.clone() if isinstance(v, Tensor) else copy.deepcopy(v)  # extra state
-               for key, v in m.state_dict().items()} for m in modules]
+    states = [_snapshot(m) for m in modules]
     grads = [[p.grad for p in m.parameters()] for m in modules]
     modes = [[sub.training for sub in m.modules()] for m in modules]
     with restored_on_failure(owner):
@@ -89,9 +74,17 @@ def all_or_nothing(owner: Any, *networks: nn.Module | None) -> Iterator[None]:
             yield
         except BaseException:
             for m, state, grad, mode in zip(modules, states, grads, modes, strict=True):
-                m.load_state_dict(state)
+                m.load_state_dict(state, strict=False)  # a lazy parameter's entry is left out
                 for p, g in zip(m.parameters(), grad, strict=True):
                     p.grad = g
                 for sub, training in zip(m.modules(), mode, strict=True):
                     sub.training = training
             raise
+
+
+def _snapshot(module: nn.Module) -> dict[str, Any]:
+    """Copies of ``module``'s ``state_dict`` entries; a lazy parameter not initialised yet has
+    no values to copy and is left out (a failed stage that initialised it leaves it so)."""
+    return {key: v.clone() if isinstance(v, Tensor) else copy.deepcopy(v)  # extra state
+            for key, v in module.state_dict().items()
+            if not (isinstance(v, Tensor) and is_lazy(v))}
