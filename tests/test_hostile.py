@@ -301,6 +301,18 @@ def test_online_batches_beyond_float64_are_refused_and_leave_the_model() -> None
     assert _same(_state(est), before)
 
 
+@pytest.mark.parametrize("method", ["fit", "partial_fit", "score"])
+def test_weights_beyond_float32_on_float32_data_are_named(method: str) -> None:
+    """Weights of 1e100 on float32 data overflowed in the conversion: ``partial_fit`` then said
+    "X spreads too far ... nan"."""
+    X = _blobs(9, n=60).astype(np.float32)
+    est = rk.RBFKMeans(3, random_state=0).fit(X)
+    before = _state(est)
+    with pytest.raises(ValueError, match=r"^sample_weight must be finite in float32 .* 1e\+100"):
+        getattr(est, method)(X, sample_weight=np.full(60, 1e100))
+    assert _same(_state(est), before)
+
+
 def test_set_params_with_an_unknown_name_changes_nothing() -> None:
     """scikit-learn's ``set_params`` sets the parameters one by one: ``n_clusters`` was 5
     after the call that raised on ``bogus``."""

@@ -679,3 +679,13 @@ def test_input_scale_digits_value_is_finite() -> None:
     s, r = input_scale(torch.as_tensor(_digits()))
     assert math.isfinite(s)
     assert math.isfinite(r)
+
+
+def test_a_numpy_integer_seed_is_the_same_seed() -> None:
+    """``random_state=np.int64(3)`` passed the parameter check and then failed in pretraining
+    (``torch.Generator().manual_seed`` takes only Python ints)."""
+    X = _digits()
+    runs = [DeepClusterer.mlp(64, 3, pretrain_epochs=1, epochs=1, n_neighbors=5,
+                              random_state=seed).fit(X).labels_
+            for seed in (np.int64(3), 3)]
+    assert np.array_equal(runs[0], runs[1])

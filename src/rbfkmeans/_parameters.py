@@ -192,7 +192,13 @@ def check_sample_weight(sample_weight: Any, n: int, dtype: Any = np.float64) -> 
         raise ValueError(f"sample_weight must be >= 0; got {sw[i].item()!r} at index {i}")
     if n and not values.any():
         raise ValueError("sample_weight must contain at least one non-zero weight; got all zero")
-    return np.array(values, dtype=dtype)
+    with np.errstate(over="ignore"):
+        out = np.array(values, dtype=dtype)
+    if not np.isfinite(out).all():  # finite in float64, beyond the compute dtype (float32)
+        i = int(np.flatnonzero(~np.isfinite(out))[0])
+        raise ValueError(f"sample_weight must be finite in {np.dtype(dtype)} (the data's "
+                         f"dtype); got {sw[i].item()!r} at index {i}")
+    return out
 
 
 @contextmanager

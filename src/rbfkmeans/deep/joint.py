@@ -350,7 +350,7 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
         """:meth:`init_layer` on a checked ``Xt``."""
         k = self.n_clusters
         Z = self.transform(Xt)  # (n, p)
-        C, labels = init_centroids(Z, k, self.assignment, self.random_state)
+        C, labels = init_centroids(Z, k, self.assignment, int(self.random_state))
         Zt = torch.as_tensor(Z)
         self.critical_temperature_ = critical_temperature(Zt, self.assignment, k)
         self.layer_ = KMeansLayer(

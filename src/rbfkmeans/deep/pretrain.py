@@ -78,7 +78,7 @@ class PretrainMixin:
             neighbors = None
         elif neighbors is None:
             neighbors = self._neighbors(Xt)
-        gen = torch.Generator().manual_seed(self.random_state)
+        gen = torch.Generator().manual_seed(int(self.random_state))
         opt = torch.optim.Adam(self._params(), lr=self.pretrain_lr)
         self.encoder.train()
         if self.decoder is not None:

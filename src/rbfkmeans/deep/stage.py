@@ -82,7 +82,7 @@ class JointStageMixin:
         ``target_update`` epochs, the collapse guard after each."""
         layer, n = self.layer_, Xt.shape[0]
         temps = self.temperatures_ = self._temperatures()
-        gen = torch.Generator().manual_seed(self.random_state + 1)
+        gen = torch.Generator().manual_seed(int(self.random_state) + 1)
         opt = torch.optim.Adam([*self._params(), layer.centroids], lr=self.lr)
         self.history_: list[dict[str, Any]] = []
         labels = torch.as_tensor(self.init_labels_, device=self._device)
