@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
 import torch.multiprocessing as mp
 from sklearn.datasets import make_blobs
@@ -206,6 +207,29 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
     def random_init() -> Any:
         rk.RBFKMeans(K, assignment="hard", init="random").fit(Xl)
 
+    def sparse_on_one_rank() -> Any:  # rejected after the shape checks: once every rank hung
+        rk.RBFKMeans(K, assignment="hard").fit(sp.csr_matrix(Xl) if rank == 0 else Xl)
+
+    def parameters_differ() -> Any:  # k = 6 and 7: once a gloo abort (SIGABRT) or a hang
+        rk.RBFKMeans(K + rank, assignment="hard").fit(Xl)
+
+    def own_settings() -> Any:  # seeds come from rank 0; chunks and devices are each rank's
+        est = rk.RBFKMeans(K, random_state=rank, chunk_size=16 if rank else 4096).fit(Xl)
+        return {"centers": est.cluster_centers_, "inertia": est.inertia_}
+
+    def weights_on_one_rank() -> Any:  # the other rank's rows weigh 1: once a deadlock
+        est = rk.RBFKMeans(K, random_state=0).fit(
+            Xl, sample_weight=np.full(len(Xl), 2.0) if rank == 0 else None)
+        return {"centers": est.cluster_centers_, "inertia": est.inertia_}
+
+    def dtypes_differ() -> Any:  # a float32 shard: every rank computes in float64
+        est = rk.RBFKMeans(K, random_state=0).fit(Xl.astype(np.float32) if rank == 0 else Xl)
+        return {"centers": est.cluster_centers_.astype(np.float64), "inertia": est.inertia_}
+
+    def batch_weights_on_one_rank() -> Any:  # rejected before any agreement: once a hang
+        rk.RBFKMeans(K, assignment="hard").fit_batches(
+            Xl, sample_weight=-np.ones(len(Xl)) if rank == 1 else None)
+
     def batches() -> Any:  # rank 0 has 5 batches, rank 1 has 6
         est = rk.RBFKMeans(K, assignment="hard", random_state=0).fit_batches(_batches(Xl))
         return {"centers": est.cluster_centers_, "n_iter": est.n_iter_}
@@ -298,7 +322,11 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
                tiny_shard=tiny_shard, relocation=relocation, callable_init=callable_init,
                float32=float32,
                too_few=too_few, nan_on_one_rank=nan_on_one_rank, widths_differ=widths_differ,
-               random_init=random_init, batches=batches, ddp=ddp, broadcast=broadcast,
+               random_init=random_init, sparse_on_one_rank=sparse_on_one_rank,
+               parameters_differ=parameters_differ, own_settings=own_settings,
+               weights_on_one_rank=weights_on_one_rank, dtypes_differ=dtypes_differ,
+               batch_weights_on_one_rank=batch_weights_on_one_rank, batches=batches, ddp=ddp,
+               broadcast=broadcast,
                local=local, rank0_messages=rank0_messages, farthest=farthest)
     return out
 
@@ -539,6 +567,9 @@ def test_the_race_of_an_abbreviated_annealing_equals_single_process(
         ("nan_on_one_rank", ["rejected on rank(s) [1]", "NaN"]),
         ("widths_differ", ["same number of features on every rank; got [3, 2]"] * 2),
         ("random_init", ["init='random' is not supported under torch.distributed"] * 2),
+        ("sparse_on_one_rank", ["sparse X is not supported", "rejected on rank(s) [0]"]),
+        ("parameters_differ", ["parameters must be the same on every rank"] * 2),
+        ("batch_weights_on_one_rank", ["rejected on rank(s) [1]", "sample_weight must be >= 0"]),
     ],
 )
 def test_bad_input_raises_on_every_rank(
@@ -549,6 +580,28 @@ def test_bad_input_raises_on_every_rank(
         assert kind == "error"
         assert cls == "ValueError"
         assert message in text
+
+
+@pytest.mark.parametrize("name", ["own_settings", "weights_on_one_rank", "dtypes_differ"])
+def test_shards_that_differ_in_what_they_may_fit_the_concatenation(
+        ranks: list[dict[str, Any]], name: str) -> None:
+    """Weights passed on one rank only (the other's rows weigh 1) had deadlocked; a float32
+    shard beside a float64 one had left the ranks with different centroids (each computed in
+    its own dtype). A different ``random_state`` or ``chunk_size`` per rank is allowed."""
+    X, _ = _data()
+    w = None
+    if name == "weights_on_one_rank":
+        w = np.r_[np.full(len(_part(X, 0)), 2.0), np.ones(len(_part(X, 1)))]
+    if name == "dtypes_differ":
+        X = np.r_[_part(X, 0).astype(np.float32).astype(np.float64), _part(X, 1)]
+    ref = rk.RBFKMeans(K, random_state=0).fit(X, sample_weight=w)
+    for res in ranks:
+        got = res[name]
+        assert not isinstance(got, tuple), got
+        np.testing.assert_allclose(got["centers"], ref.cluster_centers_, rtol=1e-6, atol=1e-6)
+        assert got["inertia"] == pytest.approx(ref.inertia_, rel=1e-9)
+    np.testing.assert_array_equal(ranks[0][name]["centers"].astype(np.float32),
+                                  ranks[1][name]["centers"].astype(np.float32))
 
 
 def test_fit_batches_sums_each_step_over_ranks(ranks: list[dict[str, Any]]) -> None:

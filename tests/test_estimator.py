@@ -1187,3 +1187,19 @@ def test_no_hartigan_on_all_rows_after_an_unsettled_polish(monkeypatch: pytest.M
     with pytest.warns(ConvergenceWarning, match="did not settle"):
         RBFKMeans(8, random_state=0, subsample=16, max_iter=1).fit(X)
     assert 3000 not in rows_seen
+
+
+def test_set_output_pandas_wraps_transform_too() -> None:
+    """scikit-learn's ``set_output`` wraps only a class's own ``transform``: ``fit_transform``
+    gave a DataFrame and ``transform`` (inherited from the inference mixin) an ndarray, so a
+    Pipeline's ``transform`` did too."""
+    pd = pytest.importorskip("pandas")
+    X, _ = make_blobs(60, 3, centers=3, random_state=0)
+    df = pd.DataFrame(X, columns=["a", "b", "c"])
+    est = RBFKMeans(3, random_state=0).set_output(transform="pandas").fit(df)
+    out = est.transform(df)
+    assert isinstance(out, pd.DataFrame)
+    assert list(out.columns) == ["rbfkmeans0", "rbfkmeans1", "rbfkmeans2"]
+    np.testing.assert_array_equal(out.to_numpy(), RBFKMeans(3, random_state=0).fit(df)
+                                  .transform(df))
+    assert isinstance(est.fit_transform(df), pd.DataFrame)

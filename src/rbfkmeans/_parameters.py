@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 import numbers
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -22,8 +23,9 @@ from .comm import Comm
 from .metrics import METRICS
 
 __all__ = [
-    "PARAMETERS", "SCHEDULES", "agree_on_shards", "as_float32_if_half", "check_sample_weight",
-    "device_available", "is_int", "is_real", "restored_on_failure", "torch_dtype",
+    "PARAMETERS", "SCHEDULES", "Shards", "agree_on_shards", "as_float32_if_half",
+    "check_sample_weight", "device_available", "is_int", "is_real", "parameters_key",
+    "raise_on_every_rank", "restored_on_failure", "torch_dtype",
 ]
 
 
@@ -142,19 +144,50 @@ def as_float32_if_half(X: Any) -> Any:
     return X
 
 
-def agree_on_shards(comm: Comm, error: Exception | None, X: Any) -> int:
-    """Total number of rows over ranks, after every rank validated its shard.
+class Shards(NamedTuple):
+    """What the ranks of a fit agreed on (:func:`agree_on_shards`): the rows in all, whether
+    any rank passed sample weights (the others then weigh their rows 1), and whether any shard
+    is float64 (then every rank computes in float64, as one process would on the
+    concatenation)."""
 
-    Under ``torch.distributed`` a shard rejected on one rank (NaN, wrong shape...) raises on every
-    rank instead of leaving the others waiting in a collective; so do differing feature counts.
+    total: int
+    weighted: bool
+    float64: bool
+
+
+def parameters_key(params: dict[str, Any]) -> int:
+    """A number that equal parameters give on every process (arrays by their bytes, callables
+    by their qualified names), to compare the ranks' settings."""
+    parts = []
+    for name in sorted(params):
+        value = params[name]
+        if isinstance(value, np.ndarray):
+            text = f"{value.dtype}{value.shape}{zlib.crc32(value.tobytes())}"
+        elif callable(value):
+            text = f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}"
+        else:
+            text = repr(value)
+        parts.append(f"{name}={text}")
+    return zlib.crc32(";".join(parts).encode())
+
+
+def agree_on_shards(comm: Comm, error: Exception | None, X: Any, *, weighted: bool = False,
+                    float64: bool = False, key: int = 0) -> Shards:
+    """What every rank needs to know of the others' shards, after each validated its own.
+
+    Under ``torch.distributed`` a shard rejected on one rank (NaN, wrong shape, sparse rows...)
+    raises on every rank instead of leaving the others waiting in a collective; so do differing
+    feature counts and differing parameters (``key``: :func:`parameters_key`). ``weighted``
+    and ``float64`` are this rank's: whether it has sample weights and a float64 shard.
     """
     n, d = (0, 0) if error is not None else (int(X.shape[0]), int(X.shape[1]))
     if not comm.active:
         if error is not None:
             raise error
-        return n
-    table = comm.all_gather(torch.tensor([[float(error is not None), n, d]],
-                                         dtype=torch.float64))  # (ranks, 3)
+        return Shards(n, weighted, float64)
+    table = comm.all_gather(torch.tensor(
+        [[float(error is not None), n, d, float(weighted), float(float64), key]],
+        dtype=torch.float64))  # (ranks, 6); the key (< 2^32) is exact in float64
     if error is not None:
         raise error
     failed = [r for r in range(comm.world_size) if table[r, 0] > 0]
@@ -165,7 +198,27 @@ def agree_on_shards(comm: Comm, error: Exception | None, X: Any) -> int:
         raise ValueError(
             f"X must have the same number of features on every rank; got {widths} (by rank)"
         )
-    return int(table[:, 1].sum())
+    if len(set(table[:, 5].tolist())) > 1:
+        raise ValueError("the estimator's parameters must be the same on every rank; they "
+                         "differ (compare get_params() on each rank)")
+    return Shards(int(table[:, 1].sum()), bool(table[:, 3].any()), bool(table[:, 4].any()))
+
+
+def raise_on_every_rank(comm: Comm, error: Exception | None, what: str) -> None:
+    """Under ``torch.distributed``, ``error`` (a rank's rejection of its own arguments, or None)
+    raised on its rank and a ``ValueError`` naming the rank on every other, so that none waits
+    in a collective for a rank that stopped; in one process ``error`` itself, if any."""
+    if not comm.active:
+        if error is not None:
+            raise error
+        return
+    flags = comm.all_gather(torch.tensor([[float(error is not None)]], dtype=torch.float64))
+    if error is not None:
+        raise error
+    failed = [r for r in range(comm.world_size) if flags[r, 0] > 0]
+    if failed:
+        raise ValueError(f"{what}: rejected on rank(s) {failed} (see the error there); no "
+                         "rank fits")
 
 
 def check_sample_weight(sample_weight: Any, n: int, dtype: Any = np.float64) -> np.ndarray:

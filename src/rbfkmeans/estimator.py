@@ -49,6 +49,7 @@ from ._parameters import (
     agree_on_shards,
     as_float32_if_half,
     check_sample_weight,
+    parameters_key,
     restored_on_failure,
     torch_dtype,
 )
@@ -238,6 +239,10 @@ class RBFKMeans(
         ``n_soft`` (weight of points with non one-hot memberships), ``n_iter``.
     """
 
+    #: defined on the class itself, so that scikit-learn's ``set_output`` wraps it (it wraps
+    #: only a class's own ``transform``; ``fit_transform`` calls this one)
+    transform = InferenceMixin.transform
+
     def __init__(
         self,
         n_clusters: int = 8,
@@ -292,6 +297,13 @@ class RBFKMeans(
         self.device = device
         self.dtype = dtype
         self.verbose = verbose
+
+    def _shared_parameters_key(self) -> int:
+        """:func:`~rbfkmeans._parameters.parameters_key` of the parameters every rank of a
+        distributed fit must share: all but ``random_state`` (the seeds come from rank 0),
+        ``device`` (each rank its own), ``chunk_size`` and ``verbose``."""
+        own = {"random_state", "device", "chunk_size", "verbose"}
+        return parameters_key({k: v for k, v in self.get_params().items() if k not in own})
 
     def set_params(self, **params: Any) -> RBFKMeans:
         """scikit-learn's ``set_params``, all or none: a call that raises (an unknown name)
@@ -393,28 +405,37 @@ class RBFKMeans(
             return self._fit(X, sample_weight)
 
     def _fit(self, X: Any, sample_weight: Any) -> RBFKMeans:
-        self._check_params()
         comm = Comm.auto()
-        if comm.active and isinstance(self.init, str) and self.init == "random":
-            raise ValueError("init='random' is not supported under torch.distributed; "
-                             "use 'k-means++' or 'mean'")
         out_of_core = isinstance(X, np.memmap)
         error: Exception | None = None
+        w: Tensor | None = None
         try:  # validate this rank's shard; under torch.distributed every rank learns the outcome
+            self._check_params()
+            if comm.active and isinstance(self.init, str) and self.init == "random":
+                raise ValueError("init='random' is not supported under torch.distributed; "
+                                 "use 'k-means++' or 'mean'")
             X = self._check_X(X, reset=True)
+            if comm.active and sp.issparse(X):
+                raise ValueError("sparse X is not supported under torch.distributed; got a "
+                                 f"{type(X).__name__} shard")
             self._dtype_ = self._compute_dtype(X)
             w = self._weights(sample_weight, X)  # (n,) or None
         except (ValueError, TypeError) as exc:
             error = exc
-        n_total = agree_on_shards(comm, error, X)
+        shards = agree_on_shards(comm, error, X, weighted=w is not None,
+                                 float64=error is None and self._dtype_ == torch.float64,
+                                 key=self._shared_parameters_key() if comm.active else 0)
+        n_total = shards.total
         if n_total < self.n_clusters:
             raise ValueError(
                 f"n_samples={n_total} should be >= n_clusters={self.n_clusters}"
             )
+        if shards.float64 and self._dtype_ != torch.float64:  # as one process would compute
+            self._dtype_ = torch.float64
+            w = None if w is None else w.to(torch.float64)
+        if shards.weighted and w is None:  # weights on other ranks: these rows weigh 1 each
+            w = torch.ones(X.shape[0], dtype=self._dtype_, device=self._torch_device())
         sparse = sp.issparse(X)
-        if sparse and comm.active:
-            raise ValueError("sparse X is not supported under torch.distributed; got a "
-                             f"{type(X).__name__} shard")
         # the kernels or the torch passes; predict takes the same (labels_ agree at ties,
         # but for the bounded passes of wide data: inference.predict)
         self._kernel_passes = precompile.decide(n_total * self.n_clusters, comm)

@@ -23,7 +23,13 @@ from sklearn.utils import check_random_state
 from torch import Tensor
 
 from . import precompile
-from ._parameters import check_sample_weight, is_int, restored_on_failure, torch_dtype
+from ._parameters import (
+    check_sample_weight,
+    is_int,
+    raise_on_every_rank,
+    restored_on_failure,
+    torch_dtype,
+)
 from .comm import Comm
 from .frame import Frame
 from .inference import check_reach, to_numpy
@@ -147,28 +153,15 @@ class OnlineFitMixin:
 
     def _fit_batches(self: Any, batches: Any, n_epochs: int, batch_size: int,
                      sample_weight: Any) -> RBFKMeans:
-        self._check_params()
-        if not is_int(n_epochs) or n_epochs < 1:
-            raise ValueError(f"n_epochs must be an integer >= 1; got {n_epochs!r}")
-        if not is_int(batch_size) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
-        is_array = isinstance(batches, np.ndarray | Tensor)
-        if is_array and batches.ndim != 2:
-            raise ValueError("batches must be an iterable of (b, d) chunks or a 2-D array; got "
-                             f"an array of shape {tuple(batches.shape)}")
-        if not is_array and not isinstance(batches, Iterable):
-            raise TypeError("batches must be an iterable of (b, d) chunks or a 2-D array; got "
-                            f"{type(batches).__name__}")
-        if sample_weight is not None and not is_array:
-            raise ValueError("sample_weight is only accepted with a 2-D array source; got "
-                             f"sample_weight with a {type(batches).__name__}")
-        if sample_weight is not None:
-            sample_weight = check_sample_weight(sample_weight, int(batches.shape[0]))
-        one_shot = not is_array and iter(batches) is batches
-        if n_epochs > 1 and one_shot:
-            raise ValueError(f"n_epochs={n_epochs} needs a source that can be iterated again "
-                             "(a DataLoader, a list, an array); got a one-shot iterator")
         comm = Comm.auto()
+        error: Exception | None = None
+        is_array = one_shot = False
+        try:  # every rank learns whether one rejected its arguments (no rank left waiting)
+            is_array, one_shot, sample_weight = self._check_batch_arguments(
+                batches, n_epochs, batch_size, sample_weight)
+        except (ValueError, TypeError) as exc:
+            error = exc
+        raise_on_every_rank(comm, error, "fit_batches' arguments")
         precompile.decide(batch_size * self.n_clusters, comm)  # every rank on the same passes
         seed = torch.tensor([int(check_random_state(self.random_state).randint(2**31 - 1))])
         comm.broadcast_(seed, src=0)
@@ -206,6 +199,33 @@ class OnlineFitMixin:
             labels = [self.predict(b) for b in items]
             self.labels_ = np.concatenate(labels) if labels else np.empty(0, dtype=np.int64)
         return self
+
+    def _check_batch_arguments(self: Any, batches: Any, n_epochs: int, batch_size: int,
+                               sample_weight: Any) -> tuple[bool, bool, Any]:
+        """Check :meth:`fit_batches`' arguments; return whether ``batches`` is one 2-D array,
+        whether it is a one-shot iterator, and the checked ``sample_weight``."""
+        self._check_params()
+        if not is_int(n_epochs) or n_epochs < 1:
+            raise ValueError(f"n_epochs must be an integer >= 1; got {n_epochs!r}")
+        if not is_int(batch_size) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
+        is_array = isinstance(batches, np.ndarray | Tensor)
+        if is_array and batches.ndim != 2:
+            raise ValueError("batches must be an iterable of (b, d) chunks or a 2-D array; got "
+                             f"an array of shape {tuple(batches.shape)}")
+        if not is_array and not isinstance(batches, Iterable):
+            raise TypeError("batches must be an iterable of (b, d) chunks or a 2-D array; got "
+                            f"{type(batches).__name__}")
+        if sample_weight is not None and not is_array:
+            raise ValueError("sample_weight is only accepted with a 2-D array source; got "
+                             f"sample_weight with a {type(batches).__name__}")
+        if sample_weight is not None:
+            sample_weight = check_sample_weight(sample_weight, int(batches.shape[0]))
+        one_shot = not is_array and iter(batches) is batches
+        if n_epochs > 1 and one_shot:
+            raise ValueError(f"n_epochs={n_epochs} needs a source that can be iterated again "
+                             "(a DataLoader, a list, an array); got a one-shot iterator")
+        return is_array, one_shot, sample_weight
 
     def _agreed_batches(
         self: Any, stream: Iterator[tuple[Any, Any]], comm: Comm
