@@ -188,11 +188,7 @@ def agree_on_shards(comm: Comm, error: Exception | None, X: Any, *, weighted: bo
     table = comm.all_gather(torch.tensor(
         [[float(error is not None), n, d, float(weighted), float(float64), key]],
         dtype=torch.float64))  # (ranks, 6); the key (< 2^32) is exact in float64
-    if error is not None:
-        raise error
-    failed = [r for r in range(comm.world_size) if table[r, 0] > 0]
-    if failed:
-        raise ValueError(f"X was rejected on rank(s) {failed} (see the error there); no rank fits")
+    _raise_if_rejected(table[:, 0], error, "X was")
     widths = [int(v) for v in table[:, 2].tolist()]
     if len(set(widths)) > 1:
         raise ValueError(
@@ -206,19 +202,26 @@ def agree_on_shards(comm: Comm, error: Exception | None, X: Any, *, weighted: bo
 
 def raise_on_every_rank(comm: Comm, error: Exception | None, what: str) -> None:
     """Under ``torch.distributed``, ``error`` (a rank's rejection of its own arguments, or None)
-    raised on its rank and a ``ValueError`` naming the rank on every other, so that none waits
-    in a collective for a rank that stopped; in one process ``error`` itself, if any."""
+    raised on its rank and a ``ValueError`` naming the rank on every other (``what``, e.g.
+    ``"fit_batches' arguments were"``), so that none waits in a collective for a rank that
+    stopped; in one process ``error`` itself, if any."""
     if not comm.active:
         if error is not None:
             raise error
         return
     flags = comm.all_gather(torch.tensor([[float(error is not None)]], dtype=torch.float64))
+    _raise_if_rejected(flags[:, 0], error, what)
+
+
+def _raise_if_rejected(flags: torch.Tensor, error: Exception | None, what: str) -> None:
+    """``error`` on the rank that had it; on the others, where a rank's ``flags`` entry is set,
+    a ``ValueError`` saying that ``what`` (``"X was"``) rejected there."""
     if error is not None:
         raise error
-    failed = [r for r in range(comm.world_size) if flags[r, 0] > 0]
+    failed = [r for r, flag in enumerate(flags.tolist()) if flag > 0]
     if failed:
-        raise ValueError(f"{what}: rejected on rank(s) {failed} (see the error there); no "
-                         "rank fits")
+        raise ValueError(f"{what} rejected on rank(s) {failed} (see the error there); no rank "
+                         "fits")
 
 
 def check_sample_weight(sample_weight: Any, n: int, dtype: Any = np.float64) -> np.ndarray:

@@ -147,3 +147,12 @@ def check_finite(t: torch.Tensor, name: str) -> torch.Tensor:
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype computations run in: float16/bfloat16 (and integers) are promoted to float32."""
     return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
+def largest_magnitude(t: Any) -> float:
+    """``max |t|`` of a tensor or of sparse rows (their zeros not stored included; 0 when
+    empty), by one ``aminmax`` reduction that makes no temporary the size of ``t``."""
+    if not t.numel():
+        return 0.0
+    lo, hi = torch.aminmax(t.detach())
+    return max(-float(lo), float(hi))

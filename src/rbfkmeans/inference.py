@@ -19,7 +19,7 @@ from sklearn.utils.validation import check_is_fitted
 from torch import Tensor
 
 from . import precompile
-from ._validation import check_temperature
+from ._validation import check_temperature, largest_magnitude
 from .assignments import get_assignment
 from .distances import shifted_scores, sq_distances
 from .frame import Frame
@@ -49,21 +49,13 @@ def check_reach(Xf: Tensor | SparseRows, C: Tensor, exponent: int = 0, total: fl
                         f"{type(Xf).__name__} and {type(C).__name__}")
     if not math.isfinite(total) or total < 0:
         raise ValueError(f"total must be a finite number >= 0; got {total!r}")
-    x, c = _largest_magnitude(Xf.val if isinstance(Xf, SparseRows) else Xf), _largest_magnitude(C)
+    x, c = largest_magnitude(Xf), largest_magnitude(C)
     reach = x + c  # bounds every |x_i - c_j| entry; the squared distance is at most d reach^2
     if not reach * reach * C.shape[1] * max(total, 1.0) < torch.finfo(dtype).max:
         raise ValueError(
             f"{name} lies too far from the centroids for {dtype}: its squared distances "
             f"overflow (entries of x - c up to {math.ldexp(reach, -exponent):.3g} over "
             f"{C.shape[1]} features); rescale {name}")
-
-
-def _largest_magnitude(t: Tensor) -> float:
-    """``max |t|`` (0 when empty), by one reduction that makes no copy of ``t``."""
-    if not t.numel():
-        return 0.0
-    lo, hi = torch.aminmax(t.detach())
-    return max(-float(lo), float(hi))
 
 
 def to_numpy(t: Tensor) -> np.ndarray:

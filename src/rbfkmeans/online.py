@@ -161,7 +161,7 @@ class OnlineFitMixin:
                 batches, n_epochs, batch_size, sample_weight)
         except (ValueError, TypeError) as exc:
             error = exc
-        raise_on_every_rank(comm, error, "fit_batches' arguments")
+        raise_on_every_rank(comm, error, "fit_batches' arguments were")
         precompile.decide(batch_size * self.n_clusters, comm)  # every rank on the same passes
         seed = torch.tensor([int(check_random_state(self.random_state).randint(2**31 - 1))])
         comm.broadcast_(seed, src=0)

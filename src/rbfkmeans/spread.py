@@ -26,7 +26,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._validation import check_finite, check_matrix, check_positive_int, check_vector
+from ._validation import (
+    check_finite,
+    check_matrix,
+    check_positive_int,
+    check_vector,
+    largest_magnitude,
+)
 from .distances import chunk_rows, iter_chunks
 from .sparse import SparseRows
 
@@ -50,10 +56,7 @@ def _overflow_error(X: Tensor, name: str = "X") -> ValueError:
     """The error for data whose squared deviations overflow float64 (worded as
     :meth:`rbfkmeans.frame.Frame.choose` words it)."""
     n, d = X.shape
-    big = 0.0
-    if X.numel():
-        lo, hi = torch.aminmax(X.detach())  # no temporary the size of X
-        big = max(-float(lo), float(hi))
+    big = largest_magnitude(X)
     return ValueError(
         f"{name} spreads too far for float64: its squared deviations from the mean overflow "
         f"(largest |x| {big:.3g} over {d} features and {n} rows); the supported range is "
