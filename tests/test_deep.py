@@ -493,6 +493,11 @@ def test_bad_inputs_raise() -> None:
         dc.fit(np.ones(4))
     with pytest.raises(RuntimeError, match="not fitted"):
         dc.predict(np.ones((5, 4)))
+    # a float64 network had failed inside the stage with torch's dtype mismatch of mat1 and mat2
+    for enc, dec, name in [(nn.Linear(4, 2).double(), None, "encoder"),
+                           (nn.Linear(4, 2), nn.Linear(2, 4).double(), "decoder")]:
+        with pytest.raises(TypeError, match=f"{name} must have float32 parameters.*float64"):
+            DeepClusterer(enc, dec, 3, epochs=1).fit(np.ones((10, 4)))
     with pytest.raises(ValueError, match="dataset must be one of"):
         load_dataset("emnist")
 

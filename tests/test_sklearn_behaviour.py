@@ -134,6 +134,21 @@ def test_fit_on_a_dataloader_leaves_labels_and_fit_predict_works() -> None:
     assert once.n_swaps_ == 0
 
 
+def test_fit_batches_reads_a_dataframe_as_rows() -> None:
+    """A pandas DataFrame is one 2-D array source of rows (iterating it had yielded the column
+    names); a Series, one column, is refused naming its shape."""
+    pd = pytest.importorskip("pandas")
+    X = np.random.default_rng(6).normal(size=(300, 3))
+    got = RBFKMeans(3, random_state=0).fit_batches(pd.DataFrame(X, columns=list("abc")),
+                                                   batch_size=50)
+    want = RBFKMeans(3, random_state=0).fit_batches(X, batch_size=50)
+    assert got.n_iter_ == want.n_iter_ == 6
+    np.testing.assert_array_equal(got.cluster_centers_, want.cluster_centers_)
+    np.testing.assert_array_equal(got.labels_, want.labels_)
+    with pytest.raises(ValueError, match=r"batches must be .* 2-D array; got an array of shape"):
+        RBFKMeans(3).fit_batches(pd.Series(X[:, 0]))
+
+
 def test_partial_fit_sets_n_swaps() -> None:
     X = np.random.default_rng(5).normal(size=(40, 2))
     est = RBFKMeans(3, random_state=0).partial_fit(X)

@@ -490,3 +490,17 @@ def test_constant_sparse_data_fits_as_dense(shape: tuple[int, int]) -> None:
     assert a.inertia_ == 0.0
     np.testing.assert_array_equal(a.cluster_centers_, np.zeros((3, d)))
     np.testing.assert_array_equal(a.predict(A), np.zeros(n, dtype=np.int64))
+
+
+@pytest.mark.parametrize("fmt", ["csr_matrix", "csr_array", "coo_matrix", "csc_array"])
+def test_fit_batches_reads_one_sparse_matrix_as_an_array_source(fmt: str) -> None:
+    """One sparse matrix is a 2-D array source read ``batch_size`` rows at a time, as the dense
+    array is (iterating a CSR matrix had yielded one-row batches; COO was not subscriptable)."""
+    A = random_csr(300, 12, 0.7, 3) + sp.csr_array(np.eye(300, 12))
+    source = getattr(sp, fmt)(A)
+    got = RBFKMeans(4, random_state=0).fit_batches(source, batch_size=64, n_epochs=2)
+    want = RBFKMeans(4, random_state=0).fit_batches(A.toarray(), batch_size=64, n_epochs=2)
+    assert got.n_iter_ == want.n_iter_ == 2 * 5  # blocks of 64 rows: 5 steps an epoch
+    np.testing.assert_allclose(got.cluster_centers_, want.cluster_centers_, rtol=1e-10,
+                               atol=1e-12)
+    np.testing.assert_array_equal(got.labels_, want.labels_)

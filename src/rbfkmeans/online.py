@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import scipy.sparse
 import torch
 from sklearn.utils import check_random_state
 from torch import Tensor
@@ -129,13 +130,14 @@ class OnlineFitMixin:
 
         ``batches`` is a ``torch.utils.data.DataLoader`` (of tuples such as ``(x, y)`` the first
         element is the data), a generator or a list of arrays/tensors (b, d), or one 2-D array
-        (e.g. a ``numpy.memmap``) read ``batch_size`` rows at a time in a shuffled block order
-        with the matching rows of ``sample_weight``. Each batch takes the mini-batch step of
-        MacQueen's rule (:mod:`rbfkmeans.streaming`): ``c_j <- c_j + (S^B_j - N^B_j c_j) / n_j``
-        with running counts ``n_j``, the gradient step on the batch objective with
-        ``eta_j = 1/(2 n_j)``. Memberships are hard unless ``temperature`` is set. The first
-        batches (at least ``3 n_clusters`` rows) are seeded by k-means++ and take one step
-        together. ``n_epochs > 1`` needs a source that can be iterated again.
+        (e.g. a ``numpy.memmap``, a pandas DataFrame, a scipy sparse matrix) read ``batch_size``
+        rows at a time in a shuffled block order with the matching rows of ``sample_weight``.
+        Each batch takes the mini-batch step of MacQueen's rule (:mod:`rbfkmeans.streaming`):
+        ``c_j <- c_j + (S^B_j - N^B_j c_j) / n_j`` with running counts ``n_j``, the gradient
+        step on the batch objective with ``eta_j = 1/(2 n_j)``. Memberships are hard unless
+        ``temperature`` is set. The first batches (at least ``3 n_clusters`` rows) are seeded by
+        k-means++ and take one step together. ``n_epochs > 1`` needs a source that can be
+        iterated again.
 
         Under ``torch.distributed`` every rank passes its own batches (e.g. a ``DataLoader`` with
         a ``DistributedSampler``); the batch statistics are summed over ranks, so all ranks take
@@ -157,7 +159,7 @@ class OnlineFitMixin:
         error: Exception | None = None
         is_array = one_shot = False
         try:  # every rank learns whether one rejected its arguments (no rank left waiting)
-            is_array, one_shot, sample_weight = self._check_batch_arguments(
+            batches, is_array, one_shot, sample_weight = self._check_batch_arguments(
                 batches, n_epochs, batch_size, sample_weight)
         except (ValueError, TypeError) as exc:
             error = exc
@@ -194,22 +196,25 @@ class OnlineFitMixin:
         self._set_online(T)
         self.__dict__.pop("labels_", None)
         if not one_shot:
-            items = (batches[s] for s in _row_blocks(len(batches), batch_size)) if is_array \
+            n = int(batches.shape[0]) if is_array else 0
+            items = (batches[s] for s in _row_blocks(n, batch_size)) if is_array \
                 else (batch_data(b) for b in batches)
             labels = [self.predict(b) for b in items]
             self.labels_ = np.concatenate(labels) if labels else np.empty(0, dtype=np.int64)
         return self
 
     def _check_batch_arguments(self: Any, batches: Any, n_epochs: int, batch_size: int,
-                               sample_weight: Any) -> tuple[bool, bool, Any]:
-        """Check :meth:`fit_batches`' arguments; return whether ``batches`` is one 2-D array,
-        whether it is a one-shot iterator, and the checked ``sample_weight``."""
+                               sample_weight: Any) -> tuple[Any, bool, bool, Any]:
+        """Check :meth:`fit_batches`' arguments; return the source (a table or a sparse
+        matrix as a 2-D array whose rows slice), whether it is one 2-D array, whether it is a
+        one-shot iterator, and the checked ``sample_weight``."""
         self._check_params()
         if not is_int(n_epochs) or n_epochs < 1:
             raise ValueError(f"n_epochs must be an integer >= 1; got {n_epochs!r}")
         if not is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
-        is_array = isinstance(batches, np.ndarray | Tensor)
+        batches = _array_source(batches)
+        is_array = isinstance(batches, np.ndarray | Tensor) or scipy.sparse.issparse(batches)
         if is_array and batches.ndim != 2:
             raise ValueError("batches must be an iterable of (b, d) chunks or a 2-D array; got "
                              f"an array of shape {tuple(batches.shape)}")
@@ -225,7 +230,7 @@ class OnlineFitMixin:
         if n_epochs > 1 and one_shot:
             raise ValueError(f"n_epochs={n_epochs} needs a source that can be iterated again "
                              "(a DataLoader, a list, an array); got a one-shot iterator")
-        return is_array, one_shot, sample_weight
+        return batches, is_array, one_shot, sample_weight
 
     def _agreed_batches(
         self: Any, stream: Iterator[tuple[Any, Any]], comm: Comm
@@ -258,6 +263,18 @@ class OnlineFitMixin:
             else:
                 assert item is not None
                 yield self._to_torch(Xb_np), self._weights(item[1], Xb_np)
+
+
+def _array_source(batches: Any) -> Any:
+    """``batches`` as an array whose rows slice where it is one table of rows: a pandas
+    DataFrame or Series as its values (iterating it would yield column names), a scipy sparse
+    matrix or array as CSR (iterating it would yield one row at a time); anything else as it is."""
+    if scipy.sparse.issparse(batches):
+        return batches.tocsr() if batches.ndim == 2 else batches
+    table = callable(getattr(batches, "to_numpy", None)) and hasattr(batches, "ndim")
+    if table and not isinstance(batches, np.ndarray | Tensor):
+        return batches.to_numpy()
+    return batches
 
 
 def _row_blocks(n: int, size: int) -> Iterator[slice]:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 from torch.nn.parameter import is_lazy
 
@@ -28,12 +29,19 @@ __all__ = ["all_or_nothing", "check_input_width", "check_networks", "check_outpu
 
 def check_networks(encoder: Any, decoder: Any) -> None:
     """``TypeError`` naming ``encoder`` or ``decoder`` unless they are ``nn.Module`` s (the
-    decoder may be ``None``)."""
+    decoder may be ``None``) whose floating-point parameters are float32, the dtype the rows and
+    the clustering layer are trained in."""
     if not isinstance(encoder, nn.Module):
         raise TypeError(f"encoder must be a torch.nn.Module; got {type(encoder).__name__}")
     if decoder is not None and not isinstance(decoder, nn.Module):
         raise TypeError(f"decoder must be a torch.nn.Module or None; got "
                         f"{type(decoder).__name__}")
+    for name, network in (("encoder", encoder), ("decoder", decoder)):
+        for p in () if network is None else network.parameters():
+            if not is_lazy(p) and p.is_floating_point() and p.dtype != torch.float32:
+                raise TypeError(f"{name} must have float32 parameters (the rows and the "
+                                f"clustering layer are float32); got {p.dtype}: call "
+                                f"{name}.float()")
 
 
 def check_input_width(encoder: nn.Module, Xt: Tensor) -> None:
