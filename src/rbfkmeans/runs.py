@@ -246,7 +246,8 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
     n_hard_iter, n_swaps = 0, 0
     raced: LloydResult | None = None
     d_annealed = min(data.d, subspace.MAX_DIM) if not data.comm.active else data.d
-    if not hard_only and not restart and splits and abbreviated(est, data.n, d_annealed):
+    # all ranks' rows: every rank decides alike (this rank's count differs on uneven shards)
+    if not hard_only and not restart and splits and abbreviated(est, n_total, d_annealed):
         C, raced, n_hard_iter = race(est, search, C, gen, seed)
     if raced is not None:  # the race ran on all the search rows: its winner is polished
         hard = raced

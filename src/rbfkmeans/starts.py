@@ -147,7 +147,7 @@ def annealed(est: RBFKMeans, data: Data, C: Tensor | None, abs_tol: float, lam: 
             rows = Data(space.project(data.X[pick]), None if data.w is None else data.w[pick],
                         chunk_size=data.chunk_size, validate=False)
         T_c = None if spherical else 0.8 * temps.critical or None  # cosine: the ladder's own
-        big = abbreviated(est, rows.n, rows.d)
+        big = abbreviated(est, sum(rows.comm.counts(rows.n)), rows.d)  # all ranks' rows
         res = anneal_splits(
             rows, est.n_clusters, est.assignment,
             T_start=temps.start if temps.start is not None else T_c,
