@@ -184,6 +184,19 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
         Xt = X[:2] if rank == 0 else X[2:]
         return _fitted(rk.RBFKMeans(K, assignment="entmax15", random_state=0).fit(Xt))
 
+    def empty_shard() -> Any:  # rank 1 holds no rows: the fit of rank 0's (once refused)
+        est = rk.RBFKMeans(K, random_state=0).fit(
+            X if rank == 0 else X[:0], sample_weight=w if rank == 0 else np.ones(0))
+        return {**_fitted(est), "labels": est.labels_.copy()}
+
+    def weightless_shard() -> Any:  # rank 1's rows all weigh 0 (once refused on that rank)
+        est = rk.RBFKMeans(K, random_state=0).fit(
+            Xl, sample_weight=wl if rank == 0 else np.zeros(len(Xl)))
+        return _fitted(est)
+
+    def weightless_everywhere() -> Any:
+        rk.RBFKMeans(K, random_state=0).fit(Xl, sample_weight=np.zeros(len(Xl)))
+
     def relocation() -> Any:  # a centroid far from every point is emptied and relocated
         C0 = X[:K].copy()
         C0[0] = 1e3
@@ -323,7 +336,9 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
                movers=lambda: bounded_lloyd(70), swaps=swaps,
                race=lambda: race(0), race_uneven=lambda: race(RACE_UNEVEN),
                memmap_shard=memmap_shard, seed_none=seed_none,
-               tiny_shard=tiny_shard, relocation=relocation, callable_init=callable_init,
+               tiny_shard=tiny_shard, empty_shard=empty_shard,
+               weightless_shard=weightless_shard, weightless_everywhere=weightless_everywhere,
+               relocation=relocation, callable_init=callable_init,
                float32=float32,
                too_few=too_few, nan_on_one_rank=nan_on_one_rank, widths_differ=widths_differ,
                random_init=random_init, sparse_on_one_rank=sparse_on_one_rank,
@@ -576,6 +591,8 @@ def test_the_race_of_an_abbreviated_annealing_equals_single_process(
         ("sparse_on_one_rank", ["sparse X is not supported", "rejected on rank(s) [0]"]),
         ("parameters_differ", ["parameters must be the same on every rank"] * 2),
         ("batch_weights_on_one_rank", ["rejected on rank(s) [1]", "sample_weight must be >= 0"]),
+        ("weightless_everywhere",
+         ["sample_weight must contain at least one non-zero weight over all ranks"] * 2),
     ],
 )
 def test_bad_input_raises_on_every_rank(
@@ -608,6 +625,28 @@ def test_shards_that_differ_in_what_they_may_fit_the_concatenation(
         assert got["inertia"] == pytest.approx(ref.inertia_, rel=1e-9)
     np.testing.assert_array_equal(ranks[0][name]["centers"].astype(np.float32),
                                   ranks[1][name]["centers"].astype(np.float32))
+
+
+@pytest.mark.parametrize("name", ["empty_shard", "weightless_shard"])
+def test_a_shard_without_rows_or_weight_fits_the_others(
+        ranks: list[dict[str, Any]], name: str) -> None:
+    """A rank with no rows, or whose rows all weigh 0, where the others have some: the fit of
+    the concatenation, on every rank (it was refused on that rank, so on every rank; with the
+    refusal lifted, a subsample's empty share then failed in the wide group pass)."""
+    X, w = _data()
+    if name == "empty_shard":
+        ref = rk.RBFKMeans(K, random_state=0).fit(X, sample_weight=w)
+    else:  # the concatenation with rank 1's rows weighing nothing
+        ref = rk.RBFKMeans(K, random_state=0).fit(
+            X, sample_weight=np.r_[_part(w, 0), np.zeros(N - SPLIT)])
+    for res in ranks:
+        got = res[name]
+        assert not isinstance(got, tuple), got
+        np.testing.assert_allclose(got["centers"], ref.cluster_centers_, rtol=0, atol=1e-9)
+        assert got["inertia"] == pytest.approx(ref.inertia_, rel=1e-9)
+    if name == "empty_shard":
+        np.testing.assert_array_equal(ranks[0][name]["labels"], ref.labels_)
+        assert ranks[1][name]["labels"].shape == (0,)
 
 
 def test_fit_batches_sums_each_step_over_ranks(ranks: list[dict[str, Any]]) -> None:

@@ -144,6 +144,27 @@ def test_a_splitting_group_without_mass_has_critical_temperature_zero(
         torch.testing.assert_close(got.axis[:2], ref.axis, rtol=0.0, atol=1e-10)
 
 
+@pytest.mark.parametrize("kernels_mode", ["0", "1"])
+@pytest.mark.parametrize("d", [3, 30])
+def test_a_critical_pass_over_no_rows_sums_zeros(kernels_mode: str, d: int,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank of a distributed fit whose share of a subsample holds no row takes the same pass
+    with zero sums (the wide kernel path collected its sums from no chunk at all and failed,
+    aborting the other ranks): N, S and the gain-weighted statistics 0, the temperatures 0."""
+    monkeypatch.setenv("RBFKMEANS_KERNELS", kernels_mode)
+    C = torch.as_tensor(np.random.default_rng(d).normal(size=(3, d)))
+    m = torch.tensor([3, 1, 2])
+    got = group_stats(Data(torch.zeros(0, d, dtype=C.dtype)), C, m, 0.5, "entmax15",
+                      critical=True)
+    assert got.T_crit is not None
+    assert got.axis is not None
+    for t in (got.N, got.S, got.V, got.T_crit):
+        assert t.shape[0] == 3
+        assert not bool(t.any())
+    assert got.S.shape == (3, d)
+    assert bool(torch.isfinite(got.axis).all())
+
+
 def split_growth(X: torch.Tensor, C: torch.Tensor, m: torch.Tensor, j: int, axis: torch.Tensor,
                  T: float, name: str) -> float:
     """How a small zero-sum split of group ``j``'s copies along ``axis`` changes after ten

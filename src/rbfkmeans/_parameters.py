@@ -172,13 +172,15 @@ def parameters_key(params: dict[str, Any]) -> int:
 
 
 def agree_on_shards(comm: Comm, error: Exception | None, X: Any, *, weighted: bool = False,
-                    float64: bool = False, key: int = 0) -> Shards:
+                    float64: bool = False, key: int = 0, weight: float = 0.0) -> Shards:
     """What every rank needs to know of the others' shards, after each validated its own.
 
     Under ``torch.distributed`` a shard rejected on one rank (NaN, wrong shape, sparse rows...)
     raises on every rank instead of leaving the others waiting in a collective; so do differing
-    feature counts and differing parameters (``key``: :func:`parameters_key`). ``weighted``
-    and ``float64`` are this rank's: whether it has sample weights and a float64 shard.
+    feature counts and differing parameters (``key``: :func:`parameters_key`), and sample
+    weights that are all zero on every rank (a shard may hold no rows, or weigh nothing, when
+    the others do). ``weighted``, ``float64`` and ``weight`` are this rank's: whether it has
+    sample weights, a float64 shard, and its rows' total weight.
     """
     n, d = (0, 0) if error is not None else (int(X.shape[0]), int(X.shape[1]))
     if not comm.active:
@@ -186,8 +188,8 @@ def agree_on_shards(comm: Comm, error: Exception | None, X: Any, *, weighted: bo
             raise error
         return Shards(n, weighted, float64)
     table = comm.all_gather(torch.tensor(
-        [[float(error is not None), n, d, float(weighted), float(float64), key]],
-        dtype=torch.float64))  # (ranks, 6); the key (< 2^32) is exact in float64
+        [[float(error is not None), n, d, float(weighted), float(float64), key, weight]],
+        dtype=torch.float64))  # (ranks, 7); the key (< 2^32) is exact in float64
     _raise_if_rejected(table[:, 0], error, "X was")
     widths = [int(v) for v in table[:, 2].tolist()]
     if len(set(widths)) > 1:
@@ -197,6 +199,9 @@ def agree_on_shards(comm: Comm, error: Exception | None, X: Any, *, weighted: bo
     if len(set(table[:, 5].tolist())) > 1:
         raise ValueError("the estimator's parameters must be the same on every rank; they "
                          "differ (compare get_params() on each rank)")
+    if bool(table[:, 3].any()) and not float(table[:, 6].sum()) > 0:
+        raise ValueError("sample_weight must contain at least one non-zero weight over all "
+                         "ranks; got all zero")
     return Shards(int(table[:, 1].sum()), bool(table[:, 3].any()), bool(table[:, 4].any()))
 
 
@@ -224,10 +229,13 @@ def _raise_if_rejected(flags: torch.Tensor, error: Exception | None, what: str) 
                          "fits")
 
 
-def check_sample_weight(sample_weight: Any, n: int, dtype: Any = np.float64) -> np.ndarray:
+def check_sample_weight(sample_weight: Any, n: int, dtype: Any = np.float64, *,
+                        all_zero: bool = False) -> np.ndarray:
     """``sample_weight`` as an array (n,) of ``dtype``: a scalar is every row's weight; each entry
-    must be a finite real number ``>= 0``; else raise naming ``sample_weight``, the rule, the value
-    and its index. The caller's array is never returned (a copy)."""
+    must be a finite real number ``>= 0``, and one of them positive unless ``all_zero`` (a
+    shard of a distributed fit, whose total is checked over the ranks); else raise naming
+    ``sample_weight``, the rule, the value and its index. The caller's array is never returned
+    (a copy)."""
     sw = np.asarray(sample_weight)
     if sw.dtype == np.bool_ or not (np.issubdtype(sw.dtype, np.integer)
                                      or np.issubdtype(sw.dtype, np.floating)):
@@ -246,7 +254,7 @@ def check_sample_weight(sample_weight: Any, n: int, dtype: Any = np.float64) -> 
     if (values < 0).any():
         i = int(np.flatnonzero(values < 0)[0])
         raise ValueError(f"sample_weight must be >= 0; got {sw[i].item()!r} at index {i}")
-    if n and not values.any():
+    if n and not all_zero and not values.any():
         raise ValueError("sample_weight must contain at least one non-zero weight; got all zero")
     with np.errstate(over="ignore"):
         out = np.array(values, dtype=dtype)

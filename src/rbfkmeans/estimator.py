@@ -335,10 +335,10 @@ class RBFKMeans(
         chosen = None if self.dtype is None else torch_dtype(self.dtype)
         return chosen or (torch.float64 if X.dtype == np.float64 else torch.float32)
 
-    def _check_X(self, X: Any, *, reset: bool) -> np.ndarray:
+    def _check_X(self, X: Any, *, reset: bool, min_samples: int = 1) -> np.ndarray:
         X = as_float32_if_half(X)
         X = validate_data(
-            self, X, reset=reset, dtype=[np.float64, np.float32], ensure_min_samples=1,
+            self, X, reset=reset, dtype=[np.float64, np.float32], ensure_min_samples=min_samples,
             accept_sparse="csr", copy=False, ensure_all_finite=False,
         )
         # NaN and inf: a finite torch sum, on every core, clears X (scikit-learn's own check is
@@ -369,10 +369,12 @@ class RBFKMeans(
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             return torch.as_tensor(X).to(device=self._torch_device(), dtype=dt)
 
-    def _weights(self, sample_weight: Any, X: np.ndarray) -> Tensor | None:
+    def _weights(self, sample_weight: Any, X: np.ndarray, all_zero: bool = False
+                 ) -> Tensor | None:
         if sample_weight is None:
             return None
-        sw = check_sample_weight(sample_weight, X.shape[0], X.dtype)  # (n,) a copy
+        sw = check_sample_weight(sample_weight, X.shape[0], X.dtype,
+                                 all_zero=all_zero)  # (n,) a copy
         return torch.from_numpy(sw).to(device=self._torch_device(), dtype=self._dtype_)
 
     def _data(self, Xt: Tensor, w: Tensor | None = None, comm: Comm | None = None) -> Data:
@@ -409,22 +411,26 @@ class RBFKMeans(
         out_of_core = isinstance(X, np.memmap)
         error: Exception | None = None
         w: Tensor | None = None
+        weight = 0.0
         try:  # validate this rank's shard; under torch.distributed every rank learns the outcome
             self._check_params()
             if comm.active and isinstance(self.init, str) and self.init == "random":
                 raise ValueError("init='random' is not supported under torch.distributed; "
                                  "use 'k-means++' or 'mean'")
-            X = self._check_X(X, reset=True)
+            # a shard may hold no rows, or weigh nothing, where the others do
+            X = self._check_X(X, reset=True, min_samples=0 if comm.active else 1)
             if comm.active and sp.issparse(X):
                 raise ValueError("sparse X is not supported under torch.distributed; got a "
                                  f"{type(X).__name__} shard")
             self._dtype_ = self._compute_dtype(X)
-            w = self._weights(sample_weight, X)  # (n,) or None
+            w = self._weights(sample_weight, X, all_zero=comm.active)  # (n,) or None
+            weight = float(X.shape[0]) if w is None else float(w.double().sum())
         except (ValueError, TypeError) as exc:
             error = exc
         shards = agree_on_shards(comm, error, X, weighted=w is not None,
                                  float64=error is None and self._dtype_ == torch.float64,
-                                 key=self._shared_parameters_key() if comm.active else 0)
+                                 key=self._shared_parameters_key() if comm.active else 0,
+                                 weight=weight)
         n_total = shards.total
         if n_total < self.n_clusters:
             raise ValueError(

@@ -293,7 +293,8 @@ def _kernel_sums_wide(
     rows_of: list[Tensor] = []
     cols_of: list[Tensor] = []
     weights_of: list[Tensor] = []
-    for s in data.chunks(g):
+    # a rank without rows (a subsample can leave it none) sums zeros from one empty chunk
+    for s in list(data.chunks(g)) or [slice(0, 0)]:
         Xc = data.X[s]
         gw = torch.zeros(Xc.shape[0], ns, dtype=torch.float64)
         parts.append(kernels.group_pass(Xc, C, m, T, entry.name, data.weight(s),
