@@ -327,6 +327,29 @@ def test_dead_code_is_reset_to_a_batch_row_with_its_statistics() -> None:
     assert vq.unused_steps.tolist() == [0, 0, 0, 0]
 
 
+@pytest.mark.parametrize("update", ["kmeans", "objective"])
+def test_an_empty_training_batch_is_not_a_step(update: str) -> None:
+    """A batch of no vectors (on every rank) changes nothing: it had counted as a step in which
+    no code was used, so every code neared its reset and the running counts decayed; after
+    ``dead_code_steps`` empty batches the next real one replaced every code."""
+    C = torch.tensor([[0.0, 0.0, 0.0], [6.0, 0.0, 0.0], [0.0, 6.0, 0.0]], dtype=F64)
+    plain = _with_codebook(C, update=update, dead_code_steps=2, decay=0.9)
+    gapped = _with_codebook(C, update=update, dead_code_steps=2, decay=0.9)
+    for seed in (4, 5):
+        X = _blobs(30, seed=seed)
+        plain(X)
+        gapped(X)
+        for _ in range(3):
+            q, idx, loss = gapped(X[:0])
+            assert q.shape == (0, 3)
+            assert idx.shape == (0,)
+            assert float(loss.detach()) == 0.0
+    assert int(gapped.stats["revived"]) == 0
+    torch.testing.assert_close(gapped.codebook, plain.codebook, rtol=0.0, atol=0.0)
+    torch.testing.assert_close(gapped.counts, plain.counts, rtol=0.0, atol=0.0)
+    assert gapped.unused_steps.tolist() == plain.unused_steps.tolist() == [0, 0, 0]
+
+
 def test_dead_code_revival_in_objective_mode_keeps_backward_working() -> None:
     C = torch.tensor([[0.0, 0.0, 0.0], [6.0, 0.0, 0.0], [0.0, 6.0, 0.0], [1e3, 1e3, 1e3]])
     vq = _with_codebook(C, dead_code_steps=1, temperature=0.5)

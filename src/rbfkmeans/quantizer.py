@@ -55,7 +55,8 @@ The other parts of a training step:
   (``random_state=seed``); until then the buffer ``initialized`` is False.
 * **Dead codes.** A code that no vector of ``dead_code_steps`` consecutive training batches was
   assigned to is reset to an input vector of the current batch, drawn uniformly without
-  replacement; its running statistics (count ``n_j``, unused steps) restart at 0.
+  replacement; its running statistics (count ``n_j``, unused steps) restart at 0. A batch
+  of no vectors (on every rank) is no step: nothing decays, no code counts as unused.
 * **Statistics** of each batch in :attr:`VectorQuantizer.stats`: ``usage`` the fraction of codes
   used, ``perplexity = exp(-sum_j p_j log p_j)`` with ``p_j`` the fraction of the batch's vectors
   assigned to code ``j`` (``k`` when uniform, 1 when one code takes all), and the number of codes
@@ -369,18 +370,23 @@ class VectorQuantizer(nn.Module):
         """Statistics over all ranks, the k-means step, dead-code revival (module docstring)."""
         k = self.n_codes
         used = torch.bincount(indices, minlength=k).double()  # (k,) hard counts
+        sums: tuple[Tensor, Tensor] | None = None
         if self.update == "kmeans":
             R = self._memberships(D)  # (n, k), None when hard (one-hot at the nearest code)
             if R is None:
                 S = X.new_zeros(k, self.dim).index_add_(0, indices, X)  # (k, d)
                 comm.sum_(used, S)
-                N = used.to(X.dtype)  # (k,)
+                sums = used.to(X.dtype), S  # N (k,), S
             else:
-                N, S = R.sum(dim=0), R.T @ X  # (k,), (k, d)
-                comm.sum_(used, N, S)
-            self._kmeans_step(N, S)
+                sums = R.sum(dim=0), R.T @ X  # (k,), (k, d)
+                comm.sum_(used, *sums)
         else:
             comm.sum_(used)
+        if not bool(used.any()):  # no vector on any rank: no step (no decay, no code unused)
+            self._record(used, 0)
+            return
+        if sums is not None:
+            self._kmeans_step(*sums)
         self.unused_steps.copy_(torch.where(used > 0, 0, self.unused_steps + 1))
         revived = 0
         if self.dead_code_steps is not None:
