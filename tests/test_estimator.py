@@ -483,6 +483,25 @@ def test_bad_sample_weight(sw: Any, match: str) -> None:
         fitted.score(X0, sample_weight=sw)
 
 
+@pytest.mark.parametrize("temperature", [None, 0.5])
+def test_fit_batches_rows_of_weight_zero_have_no_influence(temperature: float | None) -> None:
+    """Blocks of an array source whose weights are all 0 (the whole vector has positive ones)
+    were refused as "all zero"; now such rows change nothing: moving them gives the same fit,
+    and the seeding waits for 3k rows that weigh something."""
+    rng = np.random.RandomState(0)
+    X = rng.randn(1000, 4)
+    w = np.ones(1000)
+    w[:300] = w[600:650] = 0.0  # whole blocks of 100 rows, and half of one
+    moved = X.copy()
+    moved[w == 0] += 3.0 * rng.randn(int((w == 0).sum()), 4)
+    a, b = (RBFKMeans(4, random_state=0, temperature=temperature).fit_batches(
+        A, sample_weight=w, batch_size=100, n_epochs=2) for A in (X, moved))
+    assert a.n_iter_ == b.n_iter_ == 2 * 10
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    assert a.inertia_ == b.inertia_
+    assert np.isfinite(a.cluster_centers_).all()
+
+
 def test_bad_init_array() -> None:
     with pytest.raises(ValueError, match=r"init array must have shape .* \(4, 3\); got \(4, 2\)"):
         RBFKMeans(4, init=np.zeros((4, 2))).fit(X0)

@@ -135,9 +135,9 @@ class OnlineFitMixin:
         Each batch takes the mini-batch step of MacQueen's rule (:mod:`rbfkmeans.streaming`):
         ``c_j <- c_j + (S^B_j - N^B_j c_j) / n_j`` with running counts ``n_j``, the gradient
         step on the batch objective with ``eta_j = 1/(2 n_j)``. Memberships are hard unless
-        ``temperature`` is set. The first batches (at least ``3 n_clusters`` rows) are seeded by
-        k-means++ and take one step together. ``n_epochs > 1`` needs a source that can be
-        iterated again.
+        ``temperature`` is set. The first batches (at least ``3 n_clusters`` rows of positive
+        weight) are seeded by k-means++ and take one step together; rows of weight 0 change
+        nothing. ``n_epochs > 1`` needs a source that can be iterated again.
 
         Under ``torch.distributed`` every rank passes its own batches (e.g. a ``DataLoader`` with
         a ``DistributedSampler``); the batch statistics are summed over ranks, so all ranks take
@@ -262,7 +262,8 @@ class OnlineFitMixin:
                 yield torch.empty((0, width), dtype=self._dtype_, device=self._torch_device()), None
             else:
                 assert item is not None
-                yield self._to_torch(Xb_np), self._weights(item[1], Xb_np)
+                # a block of the weights may be all zero (checked whole: fit_batches)
+                yield self._to_torch(Xb_np), self._weights(item[1], Xb_np, all_zero=True)
 
 
 def _array_source(batches: Any) -> Any:

@@ -15,7 +15,8 @@ the per-cluster rate ``eta_j = 1 / (2 n_j)``: MacQueen's online rule applied a b
 ``torch.distributed`` the batch statistics are summed over ranks, so every rank takes the same step.
 
 :class:`MiniBatchKMeans` drives these steps over a stream of batches: it seeds the centroids by
-k-means++ on the first ``3k`` rows (over all ranks), then steps once per batch.
+k-means++ on the first ``3k`` rows that weigh something (over all ranks), then steps once per
+batch.
 :func:`macqueen_updates` is the point-by-point rule of ``RBFKMeans.partial_fit``: for each point
 ``x`` with weight ``w`` and memberships ``r``, ``n_j <- n_j + w r_j`` and
 ``c_j <- c_j + w r_j (x - c_j) / n_j``, the SGD step on ``J`` (or ``F_T``) with
@@ -186,9 +187,10 @@ class MiniBatchKMeans:
             check_finite(check_vector(w, "w", X.shape[0]), "w")
             if bool((w < 0).any()):
                 raise ValueError(f"w must be >= 0; got a negative entry {w.min().item()!r}")
-        if self.C is None:
+        if self.C is None:  # seeded once 3k rows that weigh something have arrived
             self._seeding.append((X, w))
-            if self.comm.sum_scalars(sum(x.shape[0] for x, _ in self._seeding))[0] < 3 * self.k:
+            held = sum(x.shape[0] if v is None else int((v > 0).sum()) for x, v in self._seeding)
+            if self.comm.sum_scalars(held)[0] < 3 * self.k:
                 return
             X, w = self._seed()
         self._step(X, w)
