@@ -483,6 +483,33 @@ def test_bad_sample_weight(sw: Any, match: str) -> None:
         fitted.score(X0, sample_weight=sw)
 
 
+@pytest.mark.parametrize("params", [
+    {}, {"assignment": "hard"}, {"metric": "cosine"}, {"schedule": "geometric"},
+    {"fit_rows": 800}, {"schedule": "k-means++", "n_init": 2},
+    {"assignment": "hard", "init": "random"}, {"race": True},
+])
+def test_rows_of_weight_zero_have_no_influence_on_a_fit(
+        params: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every stage (the frame, the annealing's samples, k-means++, the race of an abbreviated
+    annealing, the swap search, Hartigan's moves, ``fit_rows``' sample) weighs its rows: moving
+    the rows of weight 0 anywhere gives the same fit, bit for bit."""
+    from rbfkmeans import starts
+
+    params = dict(params)
+    if params.pop("race", False):
+        monkeypatch.setattr(starts, "ANNEAL_WORK", 0)
+    X, _ = make_blobs(3000, 6, centers=8, random_state=0)
+    rng = np.random.RandomState(1)
+    w = rng.uniform(0.5, 2.0, 3000)
+    w[rng.rand(3000) < 0.3] = 0.0
+    moved = X.copy()
+    moved[w == 0] += 5.0 * rng.randn(int((w == 0).sum()), 6)
+    a, b = (RBFKMeans(8, random_state=0, **params).fit(A, sample_weight=w) for A in (X, moved))
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    assert a.inertia_ == b.inertia_
+    np.testing.assert_array_equal(a.labels_[w > 0], b.labels_[w > 0])
+
+
 @pytest.mark.parametrize("temperature", [None, 0.5])
 def test_fit_batches_rows_of_weight_zero_have_no_influence(temperature: float | None) -> None:
     """Blocks of an array source whose weights are all 0 (the whole vector has positive ones)
