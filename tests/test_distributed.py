@@ -50,6 +50,16 @@ SPLIT = 230  # uneven shards: rank 0 holds X[:230], rank 1 X[230:]
 #: each rank once decided from its own rows whether the annealing is abbreviated, so rank 1
 #: raced and rank 0 did not (a collective mismatch: gloo aborted both); the count is global now
 RACE_UNEVEN = 250 * K * 3
+#: clusters whose race rows (32 per cluster) are all the rows
+RACE_K = 16
+
+
+def _race_weights(rank: int) -> np.ndarray:
+    """The weights of rank ``rank``'s rows: every third row of rank 1 weighs 0."""
+    w = _part(np.linspace(0.5, 2.0, N), rank).copy()
+    if rank == 1:
+        w[::3] = 0.0
+    return w
 
 
 def _data() -> tuple[np.ndarray, np.ndarray]:
@@ -332,9 +342,24 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
             starts.ANNEAL_WORK = work
         return _fitted(est)
 
+    def race_some_weightless() -> Any:
+        # rank 1 has rows of weight 0, rank 0 none, and the race's rows are all of them
+        # (32 k >= N): rank 0 once raced on the data itself, rank 1 on a copy of its weighing
+        # rows, and only rank 1 polished again (gloo aborted both)
+        from rbfkmeans import starts
+
+        work = starts.ANNEAL_WORK
+        starts.ANNEAL_WORK = 0
+        try:
+            est = rk.RBFKMeans(RACE_K, random_state=0).fit(Xl, sample_weight=_race_weights(rank))
+        finally:
+            starts.ANNEAL_WORK = work
+        return _fitted(est)
+
     out.update(hartigan_wide=hartigan_wide, bounded=lambda: bounded_lloyd(K),
                movers=lambda: bounded_lloyd(70), swaps=swaps,
                race=lambda: race(0), race_uneven=lambda: race(RACE_UNEVEN),
+               race_some_weightless=race_some_weightless,
                memmap_shard=memmap_shard, seed_none=seed_none,
                tiny_shard=tiny_shard, empty_shard=empty_shard,
                weightless_shard=weightless_shard, weightless_everywhere=weightless_everywhere,
@@ -578,6 +603,24 @@ def test_the_race_of_an_abbreviated_annealing_equals_single_process(
         np.testing.assert_allclose(got["centers"], ref.cluster_centers_, rtol=0, atol=1e-6)
         assert got["inertia"] == pytest.approx(ref.inertia_, rel=1e-9)
         assert got["n_iter"] == ref.n_iter_
+        np.testing.assert_array_equal(got["labels"], ref.labels_[rows])
+
+
+def test_a_race_on_rows_of_weight_zero_equals_single_process(
+        ranks: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    from rbfkmeans import starts
+
+    X, _ = _data()
+    w = np.r_[_race_weights(0), _race_weights(1)]
+    monkeypatch.setattr(starts, "ANNEAL_WORK", 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = rk.RBFKMeans(RACE_K, random_state=0).fit(X, sample_weight=w)
+    for res, rows in zip(ranks, (slice(0, SPLIT), slice(SPLIT, N)), strict=True):
+        got = res["race_some_weightless"]
+        assert not isinstance(got, tuple), got
+        np.testing.assert_allclose(got["centers"], ref.cluster_centers_, rtol=0, atol=1e-6)
+        assert got["inertia"] == pytest.approx(ref.inertia_, rel=1e-9)
         np.testing.assert_array_equal(got["labels"], ref.labels_[rows])
 
 

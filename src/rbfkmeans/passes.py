@@ -159,9 +159,15 @@ class Data:
     def weighing_rows(self) -> Data:
         """The rows that weigh something: this data itself when unweighted or when no weight is
         0 (nothing copied), else a copy of the rows of positive weight (the same metric, chunks
-        and processes). A random sample of them cannot weigh nothing in all."""
-        if self.w is None or bool((self.w > 0).all()):
+        and processes). A random sample of them cannot weigh nothing in all. Under
+        ``torch.distributed`` every rank copies where one has a weight of 0 (a collective), so
+        that all take the same branch where the caller asks whether it got the data itself."""
+        some_zero = self.w is not None and not bool((self.w > 0).all())
+        if self.comm.active:
+            some_zero = self.comm.sum_scalars(float(some_zero))[0] > 0
+        if not some_zero:
             return self
+        assert self.w is not None  # weights of 1 stand in on ranks without them (estimator)
         keep = (self.w > 0).nonzero().squeeze(1)
         return Data(self.X[keep], self.w[keep], chunk_size=self.chunk_size, comm=self.comm,
                     validate=False, metric=self.metric)
