@@ -63,7 +63,9 @@ class OnlineFitMixin:
         order. The first call initialises the centroids on its batch (which needs at least
         ``n_clusters`` rows) from ``init``, k-means++ for ``"auto"`` and ``"mean"``; after
         :meth:`fit` the counts start at the fitted cluster sizes. ``labels_`` and ``inertia_``
-        describe the last batch at the new centroids.
+        describe the last batch at the new centroids. The rule is sequential, point after
+        point: under ``torch.distributed`` each process updates its own model from its own rows
+        (no collective); :meth:`fit_batches` is the stream that the ranks share.
         """
         with restored_on_failure(self):
             return self._partial_fit(X, sample_weight)
