@@ -474,6 +474,9 @@ def test_read_only_fitted_centres_do_not_warn(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("params", "match"), [
     ({"device": "nonsense"}, r"device must be None, or a torch device this machine has"),
+    # a fit on the meta device had failed deep inside torch (NotImplementedError of nonzero)
+    ({"device": "meta"}, r"device must be .*not 'meta'.*; got 'meta'"),
+    ({"device": torch.device("meta")}, r"device must be .*not 'meta'"),
     ({"random_state": -1}, r"random_state must be None, an integer in \[0, 2\*\*32 - 1\]"),
 ])
 def test_estimator_parameters_are_named(params: dict[str, Any], match: str) -> None:

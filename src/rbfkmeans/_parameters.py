@@ -90,7 +90,8 @@ PARAMETERS: dict[str, tuple[str, Callable[[Any], bool]]] = {
         lambda v: v is None or (is_int(v) and 0 <= v < 2**32)
         or isinstance(v, np.random.RandomState),
     ),
-    "device": ("None, or a torch device this machine has ('cpu', 'cuda', 'cuda:0', ...)",
+    "device": ("None, or a torch device this machine has ('cpu', 'cuda', 'cuda:0', ...; not "
+               "'meta', which holds no values to fit)",
                lambda v: v is None or device_available(v)),
     "dtype": (
         "None, 'float32', 'float64' or the torch/numpy float32/float64 dtype",
@@ -104,7 +105,8 @@ PARAMETERS: dict[str, tuple[str, Callable[[Any], bool]]] = {
 
 def device_available(v: Any) -> bool:
     """Whether ``v`` names a torch device (a string or ``torch.device``) that this process can
-    use: ``"cuda"`` only with CUDA available, ``"mps"`` only with MPS."""
+    fit on: ``"cuda"`` only with CUDA available, ``"mps"`` only with MPS, never ``"meta"``
+    (its tensors hold shapes, no values)."""
     if not isinstance(v, str | torch.device):
         return False
     try:
@@ -116,7 +118,7 @@ def device_available(v: Any) -> bool:
                                               or dev.index < torch.cuda.device_count())
     if dev.type == "mps":
         return bool(torch.backends.mps.is_available())
-    return dev.type in ("cpu", "meta") or hasattr(torch, dev.type)
+    return dev.type != "meta" and (dev.type == "cpu" or hasattr(torch, dev.type))
 
 
 def torch_dtype(v: Any) -> torch.dtype | None:
