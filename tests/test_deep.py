@@ -498,6 +498,8 @@ def test_bad_inputs_raise() -> None:
                            (nn.Linear(4, 2), nn.Linear(2, 4).double(), "decoder")]:
         with pytest.raises(TypeError, match=f"{name} must have float32 parameters.*float64"):
             DeepClusterer(enc, dec, 3, epochs=1).fit(np.ones((10, 4)))
+    with pytest.raises(ValueError, match="encoder has parameters on the meta device"):
+        DeepClusterer(nn.Linear(4, 2, device="meta"), None, 3, epochs=1).fit(np.ones((10, 4)))
     with pytest.raises(ValueError, match="dataset must be one of"):
         load_dataset("emnist")
 

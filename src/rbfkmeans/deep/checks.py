@@ -30,7 +30,7 @@ __all__ = ["all_or_nothing", "check_input_width", "check_networks", "check_outpu
 def check_networks(encoder: Any, decoder: Any) -> None:
     """``TypeError`` naming ``encoder`` or ``decoder`` unless they are ``nn.Module`` s (the
     decoder may be ``None``) whose floating-point parameters are float32, the dtype the rows and
-    the clustering layer are trained in."""
+    the clustering layer are trained in; ``ValueError`` for parameters on the meta device."""
     if not isinstance(encoder, nn.Module):
         raise TypeError(f"encoder must be a torch.nn.Module; got {type(encoder).__name__}")
     if decoder is not None and not isinstance(decoder, nn.Module):
@@ -38,10 +38,16 @@ def check_networks(encoder: Any, decoder: Any) -> None:
                         f"{type(decoder).__name__}")
     for name, network in (("encoder", encoder), ("decoder", decoder)):
         for p in () if network is None else network.parameters():
-            if not is_lazy(p) and p.is_floating_point() and p.dtype != torch.float32:
+            if is_lazy(p):
+                continue
+            if p.is_floating_point() and p.dtype != torch.float32:
                 raise TypeError(f"{name} must have float32 parameters (the rows and the "
                                 f"clustering layer are float32); got {p.dtype}: call "
                                 f"{name}.float()")
+            if p.is_meta:
+                raise ValueError(f"{name} has parameters on the meta device, which hold no "
+                                 f"values to train; move it to a real device first (e.g. "
+                                 f"{name}.to_empty(device='cpu') and initialise it)")
 
 
 def check_input_width(encoder: nn.Module, Xt: Tensor) -> None:
