@@ -12,12 +12,9 @@ import contextlib
 import importlib
 import io
 import os
-import pickle
-import socket
 import time
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,6 +26,7 @@ from sklearn.datasets import make_blobs
 from torch import nn
 
 import rbfkmeans as rk
+from _ranks import run_ranks, save_rank
 from rbfkmeans.distributed import (
     broadcast_module,
     gather_rows,
@@ -391,14 +389,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
                 results[name] = ("error", type(exc).__name__, str(exc))
             results.setdefault("seconds", {})[name] = time.perf_counter() - start
     results["after"] = is_distributed()
-    with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
-        pickle.dump(results, f)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    save_rank(out_dir, rank, results)
 
 
 @pytest.fixture(autouse=True)
@@ -417,19 +408,7 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     if method == "fork":  # DDP imports torch._dynamo lazily: once here, not in every worker
         importlib.import_module("torch._dynamo")
-    ctx = mp.start_processes(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=False,
-                             start_method=method)
-    deadline = time.monotonic() + 240
-    while not ctx.join(timeout=1):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail("the distributed workers did not finish in 240 s")
-    results = []
-    for r in range(WORLD):
-        with open(Path(out) / f"rank{r}.pkl", "rb") as f:
-            results.append(pickle.load(f))
-    return results
+    return run_ranks(_worker, out, world=WORLD, start_method=method)
 
 
 def _single(spec: dict[str, Any], X: np.ndarray, w: np.ndarray | None) -> rk.RBFKMeans:

@@ -12,20 +12,16 @@ defects (a rank whose share of a subsample held no row failed in the wide group 
 from __future__ import annotations
 
 import os
-import pickle
-import socket
-import time
 import warnings
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
 from sklearn.datasets import make_blobs
 
 import rbfkmeans as rk
+from _ranks import run_ranks, save_rank
 from rbfkmeans import kernels
 
 pytestmark = [
@@ -76,32 +72,12 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
                                  "kernels": est._kernel_passes}
             except Exception as exc:  # recorded, compared by the tests
                 results[name] = ("error", type(exc).__name__, str(exc))
-    with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
-        pickle.dump(results, f)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    save_rank(out_dir, rank, results)
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    out = tmp_path_factory.mktemp("dist_kernels")
-    ctx = mp.start_processes(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=False,
-                             start_method="spawn")
-    deadline = time.monotonic() + 240
-    while not ctx.join(timeout=1):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail("the distributed workers did not finish in 240 s")
-    results = []
-    for r in range(WORLD):
-        with open(Path(out) / f"rank{r}.pkl", "rb") as f:
-            results.append(pickle.load(f))
-    return results
+    return run_ranks(_worker, tmp_path_factory.mktemp("dist_kernels"), world=WORLD)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -7,10 +7,7 @@ from __future__ import annotations
 import doctest
 import gc
 import math
-import pickle
 import re
-import socket
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +15,12 @@ import entmax
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor, nn
 
 import rbfkmeans as rk
+from _ranks import run_ranks, save_rank
 from rbfkmeans.passes import Data
 from rbfkmeans.quantizer import VectorQuantizer, code_perplexity
 from rbfkmeans.seeding import kmeans_plusplus
@@ -621,36 +618,17 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         del ddp, opt
         gc.collect()  # the reducer may sit in a reference cycle
         torch.distributed.barrier()
-    with open(Path(out_dir) / f"rank{rank}.pkl", "wb") as f:
-        pickle.dump(results, f)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    save_rank(out_dir, rank, results)
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     if not torch.distributed.is_available():
         pytest.skip("torch.distributed is not available")
-    out = tmp_path_factory.mktemp("vq_dist")
     # fresh interpreters: a fork of the test process can inherit the thread pools that the
     # tests before this one started, and a forked worker may then wait on them forever
-    ctx = mp.start_processes(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=False,
-                             start_method="spawn")
-    deadline = time.monotonic() + 120
-    while not ctx.join(timeout=1):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail("the distributed workers did not finish in 120 s")
-    results = []
-    for r in range(WORLD):
-        with open(out / f"rank{r}.pkl", "rb") as f:
-            results.append(pickle.load(f))
-    return results
+    return run_ranks(_worker, tmp_path_factory.mktemp("vq_dist"), world=WORLD,
+                     timeout_s=120)
 
 
 def test_two_processes_equal_one_process_on_the_concatenated_batches(
