@@ -74,6 +74,51 @@ def _hartigan_data() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return X, np.linspace(0.5, 2.0, N), start
 
 
+#: shards cut anywhere (none, one row, all rows on rank 0), weights of 0 on some rows or all of
+#: rank 1's, wide rows, and settings that sample, race and restart: each rank once decided
+#: something from its own rows in some of these and left the other in a mismatched collective
+#: name: (features, rows on rank 0, weights, estimator parameters, the race forced)
+SPLITS: dict[str, tuple[int, int, str, dict[str, Any], bool]] = {
+    "none on rank 0, race": (3, 0, "some zero", {}, True),
+    "one row on rank 0, wide": (20, 1, "none", {}, True),
+    "all on rank 0, fit_rows": (3, N, "none", {"fit_rows": 150}, False),
+    "one row on rank 1, cosine": (20, N - 1, "some zero", {"metric": "cosine"}, False),
+    "rank 1 weightless, restarts": (3, 100, "rank 1 zero", {"schedule": "k-means++",
+                                                            "n_init": 2}, True),
+    "rank 1 weightless, geometric": (20, 400, "rank 1 zero", {"schedule": "geometric"}, False),
+}
+
+
+def _split_case(name: str) -> tuple[np.ndarray, np.ndarray | None, int]:
+    """The rows, weights and rank 0's row count of a :data:`SPLITS` case."""
+    d, split, weights, _, _ = SPLITS[name]
+    rng = np.random.default_rng(d + split)
+    X = (rng.normal(size=(K + 2, d)) * 4)[rng.integers(0, K + 2, N)] + rng.normal(size=(N, d))
+    if weights == "none":
+        return X, None, split
+    w = rng.uniform(0.5, 2.0, N)
+    if weights == "some zero":
+        w[rng.random(N) < 0.3] = 0.0
+    else:
+        w[split:] = 0.0
+    w[0] = 1.0
+    return X, w, split
+
+
+def _fit_split(name: str, X: np.ndarray, w: np.ndarray | None) -> rk.RBFKMeans:
+    from rbfkmeans import starts
+
+    params, race = SPLITS[name][3], SPLITS[name][4]
+    work = starts.ANNEAL_WORK
+    starts.ANNEAL_WORK = 0 if race else work
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return rk.RBFKMeans(K, random_state=0, **params).fit(X, sample_weight=w)
+    finally:
+        starts.ANNEAL_WORK = work
+
+
 def _part(a: np.ndarray, rank: int) -> np.ndarray:
     return a[:SPLIT] if rank == 0 else a[SPLIT:]
 
@@ -354,6 +399,12 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
             starts.ANNEAL_WORK = work
         return _fitted(est)
 
+    def split(name: str) -> Any:
+        Xs, ws, cut = _split_case(name)
+        rows = slice(0, cut) if rank == 0 else slice(cut, N)
+        return _fitted(_fit_split(name, Xs[rows], None if ws is None else ws[rows]))
+
+    out.update({f"split: {name}": lambda name=name: split(name) for name in SPLITS})
     out.update(hartigan_wide=hartigan_wide, bounded=lambda: bounded_lloyd(K),
                movers=lambda: bounded_lloyd(70), swaps=swaps,
                race=lambda: race(0), race_uneven=lambda: race(RACE_UNEVEN),
@@ -582,6 +633,18 @@ def test_the_race_of_an_abbreviated_annealing_equals_single_process(
         np.testing.assert_allclose(got["centers"], ref.cluster_centers_, rtol=0, atol=1e-6)
         assert got["inertia"] == pytest.approx(ref.inertia_, rel=1e-9)
         assert got["n_iter"] == ref.n_iter_
+        np.testing.assert_array_equal(got["labels"], ref.labels_[rows])
+
+
+@pytest.mark.parametrize("name", list(SPLITS))
+def test_shards_cut_anywhere_equal_single_process(ranks: list[dict[str, Any]], name: str) -> None:
+    X, w, cut = _split_case(name)
+    ref = _fit_split(name, X, w)
+    for res, rows in zip(ranks, (slice(0, cut), slice(cut, N)), strict=True):
+        got = res[f"split: {name}"]
+        assert not isinstance(got, tuple), got
+        np.testing.assert_allclose(got["centers"], ref.cluster_centers_, rtol=0, atol=1e-8)
+        assert got["inertia"] == pytest.approx(ref.inertia_, rel=1e-10)
         np.testing.assert_array_equal(got["labels"], ref.labels_[rows])
 
 
