@@ -263,6 +263,7 @@ def test_default_uses_bounds_on_large_problems_only(monkeypatch: pytest.MonkeyPa
     assert kernels.usable(big.X, k) == kernels.enabled()
 
 
+@pytest.mark.skipif(not kernels.enabled(), reason="the compiled kernels are switched off")
 def test_wide_data_with_many_centroids_per_feature_takes_the_bounded_passes(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """On wide data (more than ``kernels.MAX_DIM`` features) with ``k >= BOUNDS_OVER_KERNEL d``

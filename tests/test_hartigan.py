@@ -12,7 +12,7 @@ import torch
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from rbfkmeans import RBFKMeans
+from rbfkmeans import RBFKMeans, kernels
 from rbfkmeans.hartigan import _batch_change, _means, hartigan, holds_weight
 from rbfkmeans.lloyd import LloydResult, distance_bounds, lloyd
 from rbfkmeans.passes import Data
@@ -188,6 +188,7 @@ def test_the_default_fit_ends_at_a_hartigan_fixed_point(weighted: bool) -> None:
     assert est.inertia_ == pytest.approx(_partition_J(X, w, est.labels_, 5), rel=1e-9)
 
 
+@pytest.mark.skipif(not kernels.enabled(), reason="the compiled kernels are switched off")
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(6, 300),
        d=st.one_of(st.integers(1, 6), st.integers(17, 40)), k=st.integers(2, 40),
@@ -199,7 +200,6 @@ def test_the_compiled_scoring_equals_the_torch_scoring(seed: int, n: int, d: int
     few hundred rows and the four-chain argmin; torch from the expansion)."""
     import os
 
-    from rbfkmeans import kernels
     from rbfkmeans.hartigan import _candidates
 
     k = min(k, n)
@@ -328,6 +328,7 @@ def test_the_bounds_rule_out_rows_far_from_every_boundary(
     assert set(active.tolist()) == {0, 1, 2}  # only the moved rows
 
 
+@pytest.mark.skipif(not kernels.enabled(), reason="the compiled kernels are switched off")
 @pytest.mark.parametrize("empty", [False, True])
 def test_the_wide_scoring_equals_every_move_scored_in_float64(empty: bool) -> None:
     """The compiled scoring of wide rows (which skips the target search of an unweighted row
@@ -335,8 +336,6 @@ def test_the_wide_scoring_equals_every_move_scored_in_float64(empty: bool) -> No
     every row the gain and target of all its moves scored directly: ``w N_a / (N_a - w)
     ||x - c_a||^2 - min_b w N_b / (N_b + w) ||x - c_b||^2``, in float64 from differences. With
     an empty cluster the least factor is 0 and nothing is skipped."""
-    from rbfkmeans import kernels
-
     rng = np.random.default_rng(3)
     n, d, k = 600, 24, 12
     X = (rng.normal(size=(n, d)) + rng.integers(0, 4, size=(n, 1)) * 0.8).astype(np.float32)
