@@ -10,7 +10,7 @@ import torch
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from rbfkmeans.frame import MAX_EXPONENT, Frame
+from rbfkmeans.frame import MAX_EXPONENT, Frame, scale_by_power_of_two
 
 
 def reference(X: np.ndarray, w: np.ndarray | None) -> tuple[bool, int, float, float, float]:
@@ -85,3 +85,19 @@ def test_one_pass_settles_centred_data_and_two_settle_offset_data(offset: float,
     assert (frame.shift is not None) == shifted
     assert frame.exponent == 0
     assert frame.trace == pytest.approx(trace, rel=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("exponent", [-2000, -1100, -300, -149, -1, 0, 5, 140, 300, 1100])
+def test_scaling_by_a_power_of_two_is_exact_across_the_range(dtype: torch.dtype,
+                                                             exponent: int) -> None:
+    """``2^e x`` as ``numpy.ldexp`` rounds it, for every ``e`` (a single factor ``2^e`` is
+    infinite in float32 beyond ``e = 127``): subnormal inputs included; in place or not."""
+    info = torch.finfo(dtype)
+    x = torch.tensor([1.0, -3.0, info.tiny, info.tiny * 2.0**-10, 0.5 * info.max, 0.0], dtype=dtype)
+    with np.errstate(over="ignore"):  # rounds (to a subnormal, to 0 or inf) once, as we must
+        ref = np.ldexp(x.numpy(), exponent).astype(x.numpy().dtype)
+    np.testing.assert_array_equal(scale_by_power_of_two(x, exponent).numpy(), ref)
+    y = x.clone()
+    assert scale_by_power_of_two(y, exponent, inplace=True) is y or exponent == 0
+    np.testing.assert_array_equal(y.numpy(), ref)

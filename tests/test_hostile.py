@@ -53,7 +53,7 @@ VALID: dict[str, Any] = {
     "used": torch.tensor([3.0, 1.0, 0.0]), "temperatures": [2.0, 1.0],
     "counts": torch.zeros(4, dtype=torch.float64), "labels": _HARD.labels, "start": _HARD,
     "st": cluster_stats(_DATA, _C, 0.0, "hard", return_labels=True), "frame": Frame(),
-    "empty": torch.tensor([False, True, False, False]),
+    "empty": torch.tensor([False, True, False, False]), "exponent": -3,
 }
 
 _TENSORS = {"None": None, "a string": "abc", "a 3-D tensor": torch.zeros(2, 3, 3),
@@ -76,16 +76,19 @@ BAD: dict[str, dict[str, Any]] = {
     "start": {"None": None, "a tensor": _C},
     "st": {"None": None, "a tensor": _C},
     "frame": {"None": None, "a string": "abc", "a tensor": _X},
+    "exponent": {"None": None, "2.0": 2.0, "True": True},
 }
 #: parameters of a predicate or a converter, for which only ``None`` and strings are bad
-ACCEPTED = {("kernels.usable", "X"), ("inference.to_numpy", "t")}
+ACCEPTED = {("kernels.usable", "X"), ("inference.to_numpy", "t"),
+            ("frame.scale_by_power_of_two", "X")}  # rows (..., d): a 3-D tensor is valid
 
 FUNCTIONS = [
     "annealing.anneal", "annealing.rebalance_duplicates", "annealing.soft_lloyd",
     "assignments.check_assignment", "assignments.get_assignment", "assignments.get_mapping",
     "distances.row_min", "distances.shifted_scores", "distances.sq_distances",
-    "distances.membership_scores", "gradient.gradient_step", "inference.to_numpy",
-    "kernels.usable", "lloyd.lloyd", "mappings.entmax15", "mappings.entmax15_", "mappings.hardmax",
+    "distances.membership_scores", "frame.scale_by_power_of_two", "gradient.gradient_step",
+    "inference.to_numpy", "kernels.usable", "lloyd.lloyd", "mappings.entmax15",
+    "mappings.entmax15_", "mappings.hardmax",
     "mappings.softmax", "mappings.softmax_", "mappings.sparsemax", "mappings.sparsemax_",
     "metrics.check_metric", "metrics.check_nonzero_rows", "metrics.cosine_similarity",
     "metrics.get_metric", "metrics.normalize_rows", "metrics.project_rows",
@@ -256,6 +259,37 @@ def test_float32_beyond_its_squares_fits_and_predicts() -> None:
         assert np.isfinite(P).all()
         np.testing.assert_allclose(P.sum(1), 1.0, rtol=1e-5)
         assert np.isfinite(est.transform(Xs)).all()
+
+
+@pytest.mark.parametrize(("dtype", "e"), [(np.float64, -1050), (np.float32, -135),
+                                          (np.float32, -145)])
+@pytest.mark.parametrize("params", [{}, {"assignment": "hard"}, {"schedule": "geometric"}])
+def test_subnormal_data_fits_as_at_scale_one(dtype: type, e: int, params: dict[str, Any]) -> None:
+    """Data of subnormal size (float64 ~1e-316, float32 ~1e-40 and ~1e-43): the partition of
+    the same data at scale 1, centres ``2^e`` times those to the data's own precision, and
+    finite distances and memberships. The frame's factor ``2^-e`` is infinite in the data's
+    dtype there: a float64 fit raised OverflowError, a float32 fit 'X must be finite'."""
+    X = _blobs(3, n=90)
+    Xs = np.ldexp(X, e).astype(dtype)
+    base = rk.RBFKMeans(4, random_state=0, **params).fit(X.astype(dtype))
+    est = rk.RBFKMeans(4, random_state=0, **params).fit(Xs)
+    assert adjusted_rand_score(base.labels_, est.labels_) == 1.0
+    np.testing.assert_array_equal(est.predict(Xs), est.labels_)
+    info = np.finfo(dtype)  # the subnormals' spacing, in the units of X
+    spacing = float(np.ldexp(1.0, int(info.minexp) - int(info.nmant) - e))
+    same = [int(est.labels_[np.flatnonzero(base.labels_ == j)[0]]) for j in range(4)]
+    np.testing.assert_allclose(np.ldexp(est.cluster_centers_[same].astype(np.float64), -e),
+                               base.cluster_centers_, rtol=0,
+                               atol=2 * spacing + 1e-5 * np.abs(X).max())
+    D = est.transform(Xs)
+    assert np.isfinite(D).all()
+    np.testing.assert_array_equal(D.argmin(1), est.labels_)
+    assert np.isfinite(est.predict_proba(Xs)).all()
+    assert np.isfinite(est.score(Xs))
+    online = rk.RBFKMeans(4, random_state=0).partial_fit(Xs).partial_fit(Xs)
+    online_base = rk.RBFKMeans(4, random_state=0).partial_fit(X.astype(dtype)).partial_fit(
+        X.astype(dtype))
+    assert adjusted_rand_score(online_base.predict(X.astype(dtype)), online.predict(Xs)) == 1.0
 
 
 def test_squares_beyond_float64_are_refused_by_name() -> None:

@@ -40,7 +40,7 @@ from .sparse import SparseRows, is_sparse
 if TYPE_CHECKING:
     from .comm import Comm
 
-__all__ = ["MAX_EXPONENT", "Frame"]
+__all__ = ["MAX_EXPONENT", "Frame", "scale_by_power_of_two"]
 
 #: dense or sparse rows (:mod:`rbfkmeans.sparse`)
 Rows = TypeVar("Rows", Tensor, SparseRows)
@@ -48,6 +48,31 @@ Rows = TypeVar("Rows", Tensor, SparseRows)
 #: data whose largest deviation from the frame's origin lies within ``2^+-MAX_EXPONENT`` is not
 #: rescaled: its squared distances are far inside the range of float32
 MAX_EXPONENT = 40
+
+
+def scale_by_power_of_two(X: Rows, exponent: int, *, inplace: bool = False) -> Rows:
+    """``2^exponent X``, exactly: in factors of ``2^+-step``, each finite in ``X``'s dtype.
+
+    One factor would not do for data of subnormal size: ``2^133`` is infinite in float32 and
+    ``2^1030`` in float64, while the products of such data with them are not. ``X`` itself when
+    ``exponent`` is 0; with ``inplace`` ``X`` (a tensor the caller owns) is overwritten."""
+    if not isinstance(X, SparseRows):
+        check_tensor(X, "X")
+    if not X.dtype.is_floating_point:
+        raise TypeError(f"X must have a floating-point dtype; got {X.dtype}")
+    if isinstance(exponent, bool) or not isinstance(exponent, int | np.integer):
+        raise TypeError(f"exponent must be an integer; got {type(exponent).__name__} "
+                        f"{exponent!r}")
+    exponent = int(exponent)
+    if not exponent:
+        return X
+    step = math.frexp(torch.finfo(X.dtype).max)[1] - 1  # 2^step is finite in X's dtype
+    full, rest = divmod(abs(exponent), step)
+    sign = 1 if exponent > 0 else -1
+    for e in ([rest] if rest else []) + [step] * full:  # the remainder first: a shrinking
+        X = X.mul_(2.0**(sign * e)) if inplace else X * 2.0**(sign * e)  # value rounds once
+        inplace = True
+    return X
 
 
 class Frame:
@@ -199,22 +224,17 @@ class Frame:
         shifted (:meth:`choose`): their values are rescaled."""
         if self.identity:
             return X
-        if isinstance(X, SparseRows):
-            return X.mul_(2.0**self.exponent) if inplace else X * 2.0**self.exponent
         out = X
-        if self.shift is not None:
+        if self.shift is not None and not isinstance(X, SparseRows):
             shift = self.shift.to(device=X.device, dtype=X.dtype)
             out = out.sub_(shift) if inplace else out - shift
             inplace = True
-        if self.exponent:
-            out = out.mul_(2.0**self.exponent) if inplace else out * 2.0**self.exponent
-        return out
+        return scale_by_power_of_two(out, self.exponent, inplace=inplace)
 
     def leave(self, C: Tensor) -> Tensor:
         """Centroids ``C`` (..., d) in the data's coordinates: ``2^-e C + shift`` (a new tensor
         unless the frame is the identity)."""
-        if self.exponent:
-            C = C * 2.0**-self.exponent
+        C = scale_by_power_of_two(C, -self.exponent)
         if self.shift is not None:
             C = C + self.shift.to(device=C.device, dtype=C.dtype)
         return C
@@ -226,8 +246,12 @@ class Frame:
         return self.leave(torch.from_numpy(np.asarray(C))).numpy()
 
     def sq_to(self, value: float) -> float:
-        """A squared quantity (a temperature, a distance) in the frame's units: ``4^e value``."""
-        return math.ldexp(float(value), 2 * self.exponent)
+        """A squared quantity (a temperature, a distance) in the frame's units: ``4^e value``
+        (``+-inf`` where that exceeds float64, as for data of subnormal size)."""
+        try:
+            return math.ldexp(float(value), 2 * self.exponent)
+        except OverflowError:
+            return math.copysign(math.inf, float(value))
 
     def sq_from(self, value: float) -> float:
         """A squared quantity of the frame in the data's units: ``4^-e value``."""

@@ -22,7 +22,7 @@ from . import precompile
 from ._validation import check_temperature, largest_magnitude
 from .assignments import get_assignment
 from .distances import shifted_scores, sq_distances
-from .frame import Frame
+from .frame import Frame, scale_by_power_of_two
 from .layer import KMeansLayer
 from .mappings import hardmax
 from .metrics import cosine_similarity, get_metric, normalize_rows
@@ -145,9 +145,7 @@ class InferenceMixin:
             Xf, C = self._framed(X)
             D = (Xf.sq_distances(C) if is_sparse(Xf) else
                  sq_distances(Xf, C, chunk_size=self.chunk_size)).sqrt_()  # (n, k), frame units
-            exponent = self._fit_frame.exponent
-            if exponent:
-                D.mul_(2.0**-exponent)
+            D = scale_by_power_of_two(D, -self._fit_frame.exponent, inplace=True)
         return to_numpy(D).astype(X.dtype, copy=False)
 
     def score(self: Any, X: Any, y: Any = None, sample_weight: Any = None) -> float:
