@@ -385,6 +385,28 @@ def test_quantizer_inputs_beyond_its_dtype_are_refused_before_any_change() -> No
         assert torch.isfinite(seeded(offset)[2])
 
 
+@pytest.mark.parametrize("update", ["objective", "kmeans"])
+def test_quantizer_inputs_whose_squares_underflow_are_refused_at_seeding(update: str) -> None:
+    """float32 ``z`` of 1e-40 (subnormal) gave squared distances of 0 to every code: all rows
+    took code 0, the loss was 0 and the codebook was seeded from them, silently. Refused by
+    name before any change; once seeded, a batch of zeros or of tiny rows is data like any
+    other (its distances to the codes are the codes' own size)."""
+    torch.manual_seed(0)
+    Z = torch.randn(64, 4)
+    fresh = rk.VectorQuantizer(4, 8, update=update)
+    fresh.train()
+    for z in (Z * 1e-40, Z * 1e-20, Z.double() * 1e-160):
+        with pytest.raises(ValueError, match=r"^z is too small for torch\.float(32|64): its "
+                                             r"squared distances underflow \(largest \|z\| "):
+            fresh(z)
+        assert not bool(fresh.initialized)
+    _, idx, loss = fresh(Z * 1e-15)  # squares of 1e-30: normal in float32
+    assert torch.isfinite(loss)
+    assert idx.unique().numel() > 1
+    for z in (torch.zeros(8, 4), Z * 1e-40):
+        assert torch.isfinite(fresh(z)[2])
+
+
 # -- extreme weights and temperatures: the work does not grow with them -----------------------
 
 @pytest.mark.parametrize("kwargs", [

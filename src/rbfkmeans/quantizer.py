@@ -87,6 +87,7 @@ from ._validation import (
     check_temperature,
     check_tensor,
     compute_dtype,
+    largest_magnitude,
 )
 from .assignments import check_assignment, get_assignment
 from .comm import Comm
@@ -132,6 +133,17 @@ def code_perplexity(used: Tensor) -> Tensor:
         raise ValueError("used must hold finite counts >= 0; got a negative or non-finite entry")
     p = used.double() / used.double().sum().clamp_min(1.0)  # (k,)
     return torch.exp(-torch.special.xlogy(p, p).sum())
+
+
+def _check_squares_are_normal(X: Tensor) -> None:
+    """Raise a ``ValueError`` naming ``z`` where its largest entry is non-zero but its square
+    is subnormal in ``X``'s dtype (``|x| < 1.1e-19`` in float32): the squared distances then
+    keep few or no bits (at ``1e-40`` all are 0, and every row took code 0), and codes seeded
+    from such rows would be no better."""
+    largest = largest_magnitude(X)
+    if largest > 0.0 and largest * largest < torch.finfo(X.dtype).tiny:
+        raise ValueError(f"z is too small for {X.dtype}: its squared distances underflow "
+                         f"(largest |z| {largest:.3g}); rescale z")
 
 
 class VectorQuantizer(nn.Module):
@@ -343,6 +355,7 @@ class VectorQuantizer(nn.Module):
                 # z: its codes lie within max|x| of the origin, so |x - c| <= 2 max|x|
                 check_reach(X_d, self.codebook.detach(), total=4 * X.shape[0], name="z",
                             dtype=X.dtype)
+                _check_squares_are_normal(X_d)
             if seeding:
                 self._initialize(X_d, comm)
             # a copy: the graph keeps it, so the in-place updates below leave backward intact
