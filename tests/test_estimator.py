@@ -320,6 +320,26 @@ def test_far_centroid_is_relocated(assignment: str, solver: str) -> None:
     assert np.isfinite(est.predict_proba(X0)).all()
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_fit_batches_warns_of_fewer_distinct_centres_as_fit_does(weighted: bool) -> None:
+    """Fewer distinct rows of positive weight than clusters: ``fit`` warned as scikit-learn
+    does, ``fit_batches`` left coinciding centres silently. Both warn now, from the caller's
+    line; an ordinary source does not."""
+    X = np.repeat([[0.0, 0.0], [1.0, 2.0], [4.0, 1.0]], 4, axis=0)
+    w = None
+    if weighted:  # distinct rows, but only three of them weigh
+        X = np.random.default_rng(0).normal(size=(12, 2))
+        w = np.r_[np.ones(3), np.zeros(9)]
+    with pytest.warns(ConvergenceWarning, match=r"distinct clusters \(3\) found smaller") as rec:
+        est = RBFKMeans(5, random_state=0).fit_batches(X, sample_weight=w)
+    assert rec[0].filename == __file__
+    kept = X if w is None else X[:3]
+    assert {tuple(c) for c in est.cluster_centers_} == {tuple(x) for x in kept}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        RBFKMeans(4, random_state=0).fit_batches(X0, batch_size=30)
+
+
 def test_far_centroid_relocation_as_sklearn() -> None:
     km = KMeans(4, init=FAR, n_init=1, algorithm="lloyd").fit(X0)
     est = RBFKMeans(4, assignment="hard", init=FAR).fit(X0)

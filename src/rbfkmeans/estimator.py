@@ -545,13 +545,19 @@ class RBFKMeans(
         self.temperature_ = float(self.temperatures_[-1]) if self.temperatures_.size else 0.0
         self.history_ = best["history"]
         self._online_counts = None
+        if warn:
+            self._warn_if_centres_coincide(stacklevel=4)
+
+    def _warn_if_centres_coincide(self, stacklevel: int) -> None:
+        """scikit-learn's ``ConvergenceWarning`` where fewer distinct centres than
+        ``n_clusters`` were found (fewer distinct rows of positive weight than clusters)."""
         distinct = np.unique(self.cluster_centers_, axis=0).shape[0]
-        if distinct < self.n_clusters and warn:
+        if distinct < self.n_clusters:
             warnings.warn(
                 f"Number of distinct clusters ({distinct}) found smaller than "
                 f"n_clusters ({self.n_clusters}). Possibly due to duplicate points in X.",
                 ConvergenceWarning,
-                stacklevel=3,
+                stacklevel=stacklevel,
             )
 
     def _set_online(self, T: float) -> None:

@@ -196,6 +196,8 @@ class OnlineFitMixin:
         self.n_iter_ = fit.steps
         self.inertia_ = fit.frame.sq_from(fit.inertia)
         self._set_online(T)
+        if comm.rank == 0:
+            self._warn_if_centres_coincide(stacklevel=4)
         self.__dict__.pop("labels_", None)
         if not one_shot:
             n = int(batches.shape[0]) if is_array else 0
