@@ -300,6 +300,10 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
         rk.RBFKMeans(K, assignment="hard").fit_batches(
             Xl, sample_weight=-np.ones(len(Xl)) if rank == 1 else None)
 
+    def dict_batches_on_one_rank() -> Any:  # rejected in the agreement: no rank left waiting
+        rk.RBFKMeans(K, assignment="hard").fit_batches(
+            [{"x": b} for b in _batches(Xl)] if rank == 1 else _batches(Xl))
+
     def batches() -> Any:  # rank 0 has 5 batches, rank 1 has 6
         est = rk.RBFKMeans(K, assignment="hard", random_state=0).fit_batches(_batches(Xl))
         return {"centers": est.cluster_centers_, "n_iter": est.n_iter_}
@@ -418,7 +422,8 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
                random_init=random_init, sparse_on_one_rank=sparse_on_one_rank,
                parameters_differ=parameters_differ, own_settings=own_settings,
                weights_on_one_rank=weights_on_one_rank, dtypes_differ=dtypes_differ,
-               batch_weights_on_one_rank=batch_weights_on_one_rank, batches=batches, ddp=ddp,
+               batch_weights_on_one_rank=batch_weights_on_one_rank,
+               dict_batches_on_one_rank=dict_batches_on_one_rank, batches=batches, ddp=ddp,
                broadcast=broadcast,
                local=local, rank0_messages=rank0_messages, farthest=farthest)
     return out
@@ -676,6 +681,7 @@ def test_a_race_on_rows_of_weight_zero_equals_single_process(
         ("sparse_on_one_rank", ["sparse X is not supported", "rejected on rank(s) [0]"]),
         ("parameters_differ", ["parameters must be the same on every rank"] * 2),
         ("batch_weights_on_one_rank", ["rejected on rank(s) [1]", "sample_weight must be >= 0"]),
+        ("dict_batches_on_one_rank", ["rejected on rank(s) [1]", "got a dict with keys 'x'"]),
         ("weightless_everywhere",
          ["sample_weight must contain at least one non-zero weight over all ranks"] * 2),
     ],
@@ -686,7 +692,7 @@ def test_bad_input_raises_on_every_rank(
     for res, message in zip(ranks, messages, strict=True):
         kind, cls, text = res[name]
         assert kind == "error"
-        assert cls == "ValueError"
+        assert cls == ("TypeError" if "got a dict" in message else "ValueError")
         assert message in text
 
 

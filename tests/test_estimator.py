@@ -340,6 +340,22 @@ def test_fit_batches_warns_of_fewer_distinct_centres_as_fit_does(weighted: bool)
         RBFKMeans(4, random_state=0).fit_batches(X0, batch_size=30)
 
 
+def test_fit_batches_names_a_source_of_dictionaries() -> None:
+    """A ``DataLoader`` of dictionaries (``{"x": ..., "y": ...}``) failed inside a float
+    conversion ('float() argument must be ... not dict'); the error now names the source and
+    its keys, a fitted model is left as it was, and the rows passed out of it fit."""
+    loader = [{"x": torch.from_numpy(X0[i:i + 30]), "y": i} for i in range(0, 90, 30)]
+    est = RBFKMeans(4, random_state=0).fit(X0)
+    centres = est.cluster_centers_.copy()
+    with pytest.raises(TypeError, match=r"^batches must yield arrays .* got a dict with keys "
+                                        r"'x', 'y': pass the rows"):
+        est.fit_batches(loader)
+    np.testing.assert_array_equal(est.cluster_centers_, centres)
+    rows = RBFKMeans(4, random_state=0).fit_batches([b["x"] for b in loader])
+    want = RBFKMeans(4, random_state=0).fit_batches([X0[i:i + 30] for i in range(0, 90, 30)])
+    np.testing.assert_array_equal(rows.cluster_centers_, want.cluster_centers_)
+
+
 def test_far_centroid_relocation_as_sklearn() -> None:
     km = KMeans(4, init=FAR, n_init=1, algorithm="lloyd").fit(X0)
     est = RBFKMeans(4, assignment="hard", init=FAR).fit(X0)

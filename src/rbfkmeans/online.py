@@ -131,7 +131,8 @@ class OnlineFitMixin:
         r"""Mini-batch fit on data that need not fit in memory: any iterable of chunks.
 
         ``batches`` is a ``torch.utils.data.DataLoader`` (of tuples such as ``(x, y)`` the first
-        element is the data), a generator or a list of arrays/tensors (b, d), or one 2-D array
+        element is the data; of dictionaries, pass ``(b[key] for b in loader)``), a generator
+        or a list of arrays/tensors (b, d), or one 2-D array
         (e.g. a ``numpy.memmap``, a pandas DataFrame, a scipy sparse matrix) read ``batch_size``
         rows at a time in a shuffled block order with the matching rows of ``sample_weight``.
         Each batch takes the mini-batch step of MacQueen's rule (:mod:`rbfkmeans.streaming`):
@@ -179,7 +180,7 @@ class OnlineFitMixin:
         for _ in range(n_epochs):
             stream: Iterator[tuple[Any, Any]] = (
                 array_batches(batches, sample_weight, batch_size, block_order) if is_array
-                else ((batch_data(b), None) for b in batches))
+                else ((b, None) for b in batches))
             fit.new_epoch()
             for Xb, wb in self._agreed_batches(stream, comm):
                 fit.feed(Xb, wb)
@@ -249,7 +250,8 @@ class OnlineFitMixin:
             Xb_np: np.ndarray | None = None
             if item is not None:
                 try:
-                    Xb_np = self._check_X(item[0], reset=not hasattr(self, "_dtype_"))
+                    Xb_np = self._check_X(batch_data(item[0]),
+                                          reset=not hasattr(self, "_dtype_"))
                 except (ValueError, TypeError) as exc:
                     error = exc
             live, d, any64 = agree_on_batch(comm, error, Xb_np)

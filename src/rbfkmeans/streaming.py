@@ -25,7 +25,7 @@ batch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -250,7 +250,14 @@ def macqueen_updates(
 
 def batch_data(item: Any) -> Any:
     """The data of one item of a batch source: the first element of a tuple or list whose first
-    element is an array or tensor (``(x, y)`` from a ``DataLoader``), else the item itself."""
+    element is an array or tensor (``(x, y)`` from a ``DataLoader``), else the item itself. A
+    mapping (a ``DataLoader`` of dictionaries) raises ``TypeError`` naming its keys: which of
+    them holds the rows is the caller's to say."""
+    if isinstance(item, Mapping):
+        keys = ", ".join(repr(k) for k in list(item)[:8])
+        raise TypeError("batches must yield arrays or tensors (b, d), or tuples whose first "
+                        f"element is one; got a {type(item).__name__} with keys {keys}: pass "
+                        "the rows, e.g. (b[key] for b in loader)")
     if isinstance(item, tuple | list) and item and isinstance(item[0], np.ndarray | Tensor):
         return item[0]
     return item
