@@ -340,6 +340,24 @@ def test_fit_batches_warns_of_fewer_distinct_centres_as_fit_does(weighted: bool)
         RBFKMeans(4, random_state=0).fit_batches(X0, batch_size=30)
 
 
+def test_weights_of_any_normal_size_give_the_partition_of_unit_weights() -> None:
+    """A common factor changes no cluster: weights of 2^-1000 or 2^1000 fit as unit weights (the
+    same labels, ``inertia_`` times the factor), where subnormal ones are refused; float32 data
+    refuses weights subnormal in float32 (its compute dtype)."""
+    base = RBFKMeans(4, random_state=0).fit(X0)
+    for e in (-1000, 1000):
+        est = RBFKMeans(4, random_state=0).fit(X0, sample_weight=np.full(90, np.ldexp(1.0, e)))
+        np.testing.assert_array_equal(est.labels_, base.labels_)
+        assert est.inertia_ == pytest.approx(np.ldexp(base.inertia_, e), rel=1e-12)
+    with pytest.raises(ValueError, match=r"at least 1\.18e-38 \(the smallest normal number of "
+                                         r"float32, the data's dtype\); got 1e-40"):
+        RBFKMeans(4).fit(X0.astype(np.float32), sample_weight=np.full(90, 1e-40))
+    # a finite total whose objective overflows float64: the frame's refusal names both
+    with pytest.raises(ValueError, match=r"X spreads too far for float64: .* total weight of "
+                                         r"1e\+308\).* Rescale the data or sample_weight$"):
+        RBFKMeans(4).fit(X0, sample_weight=np.r_[np.ones(80), np.full(10, 1e307)])
+
+
 def test_fit_batches_names_a_source_of_dictionaries() -> None:
     """A ``DataLoader`` of dictionaries (``{"x": ..., "y": ...}``) failed inside a float
     conversion ('float() argument must be ... not dict'); the error now names the source and
@@ -506,6 +524,15 @@ def test_finite_values_whose_sum_overflows_are_accepted() -> None:
         (np.nan, r"sample_weight must be finite; got nan at index 0"),
         (-2.0, r"sample_weight must be >= 0; got -2\.0 at index 0"),
         (np.ones((90, 1)), r"sample_weight must be a scalar or have shape \(90,\)"),
+        # every weight subnormal: sums and means kept few bits, and the partition came out
+        # wrong (adjusted Rand 0.44 against unit weights at 1e-315), silently
+        (np.full(90, 1e-310), r"sample_weight must have a largest weight of at least 2\.23e-308 "
+                              r"\(the smallest normal number of float64, .* got 1e-310 at index 0"),
+        # a total beyond float64: 'X spreads too far ... largest |x - mean| nan', naming X
+        (np.r_[np.ones(70), np.full(20, 1e307)],
+         r"sample_weight must have a finite float64 sum; got a sum beyond 1\.8e308 \(the "
+         r"largest weight 1e\+307 at index 70, over 90 rows\)"),
+
     ],
 )
 def test_bad_sample_weight(sw: Any, match: str) -> None:

@@ -260,10 +260,23 @@ def check_sample_weight(sample_weight: Any, n: int, dtype: Any = np.float64, *,
         raise ValueError("sample_weight must contain at least one non-zero weight; got all zero")
     with np.errstate(over="ignore"):
         out = np.array(values, dtype=dtype)
+        total = float(values.sum())
     if not np.isfinite(out).all():  # finite in float64, beyond the compute dtype (float32)
         i = int(np.flatnonzero(~np.isfinite(out))[0])
         raise ValueError(f"sample_weight must be finite in {np.dtype(dtype)} (the data's "
                          f"dtype); got {sw[i].item()!r} at index {i}")
+    if not math.isfinite(total):
+        i = int(values.argmax())
+        raise ValueError(f"sample_weight must have a finite float64 sum; got a sum beyond "
+                         f"1.8e308 (the largest weight {sw[i].item()!r} at index {i}, over {n} "
+                         "rows); rescale sample_weight (a common factor changes no cluster)")
+    tiny = float(np.finfo(out.dtype).tiny)
+    if n and 0.0 < float(out.max()) < tiny:  # every weight subnormal: sums and means lose bits
+        i = int(out.argmax())
+        raise ValueError(f"sample_weight must have a largest weight of at least {tiny:.3g} (the "
+                         f"smallest normal number of {out.dtype}, the data's dtype); got "
+                         f"{sw[i].item()!r} at index {i}; rescale sample_weight (a common "
+                         "factor changes no cluster)")
     return out
 
 

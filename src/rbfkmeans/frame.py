@@ -183,7 +183,8 @@ class Frame:
                 f"{name} spreads too far for float64: its squared deviations from the mean "
                 f"overflow (largest |x - mean| {spread:.3g} over {d} features and a total weight "
                 f"of {float(tot):.3g}); the supported range is "
-                "max |x - mean| * sqrt(4 d sum(w)) < 1.3e154. Rescale the data")
+                "max |x - mean| * sqrt(4 d sum(w)) < 1.3e154. Rescale the data"
+                + ("" if sample_weight is None else " or sample_weight"))
         shifted = float(mu @ mu) > trace
         largest = spread if shifted else magnitude
         exponent = 0
