@@ -376,6 +376,36 @@ def test_estimator_takes_every_format_and_64_bit_indices(fmt: str) -> None:
     np.testing.assert_array_equal(a.predict(B), b.labels_)
 
 
+@pytest.mark.parametrize("metric", ["sqeuclidean", "cosine"])
+def test_duplicate_entries_fit_as_their_sums_and_stay_in_the_callers_matrix(metric: str) -> None:
+    """A CSR matrix that stores an entry as several parts (non-canonical: built from raw
+    arrays, or by a library that appends): the fit of its sums, and every method leaves the
+    parts as stored. A cosine fit's zero-row check took ``abs(X)``, and scipy sums duplicates
+    in place: the caller's matrix lost half its entries."""
+    A, _ = clustered_csr(120, 20, 3)
+    A = sp.csr_matrix(A)
+    rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+    order = np.argsort(np.r_[rows, rows], kind="stable")  # each row's parts, then their twins
+    data = np.r_[A.data * 0.25, A.data * 0.75][order]
+    indices = np.r_[A.indices, A.indices][order]
+    ref = RBFKMeans(3, random_state=0, metric=metric).fit(A)
+    for method in ("fit", "fit_predict", "partial_fit", "fit_batches", "predict", "transform",
+                   "predict_proba", "score"):
+        U = sp.csr_matrix((data.copy(), indices.copy(), 2 * A.indptr), shape=A.shape)
+        assert not U.has_canonical_format
+        est = RBFKMeans(3, random_state=0, metric=metric).fit(A)
+        out = getattr(est, method)(U)
+        assert U.nnz == 2 * A.nnz
+        np.testing.assert_array_equal(U.data, data)
+        np.testing.assert_array_equal(U.indices, indices)
+        if method == "fit":
+            np.testing.assert_array_equal(out.labels_, ref.labels_)
+            np.testing.assert_allclose(out.cluster_centers_, ref.cluster_centers_, rtol=1e-12,
+                                       atol=1e-12)
+        if method == "transform":
+            np.testing.assert_allclose(out, ref.transform(A), rtol=1e-12, atol=1e-12)
+
+
 def test_bad_sparse_input_is_refused_by_name() -> None:
     A = sp.csr_array(random_csr(20, 5, 0.5, 0))
     A.data[3] = np.nan

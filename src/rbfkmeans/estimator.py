@@ -350,8 +350,10 @@ class RBFKMeans(
         if not finite:  # NaN/inf, or finite values whose sum overflows (no error then)
             assert_all_finite(X, input_name="X", estimator_name=type(self).__name__)
         if sp.issparse(X):  # rows as stored entries (rbfkmeans.sparse), never densified
-            if get_metric(self.metric).spherical:
-                zero = np.asarray(abs(X).max(axis=1).todense()).reshape(-1) == 0
+            if get_metric(self.metric).spherical:  # (scipy sums duplicate entries in place:
+                # of a copy, never of the caller's matrix)
+                A = X if X.has_canonical_format else X.copy()
+                zero = np.asarray(abs(A).max(axis=1).todense()).reshape(-1) == 0
                 if zero.any():
                     raise _zero_row_error(torch.from_numpy(zero), "X")
             return X
