@@ -76,6 +76,20 @@ def test_eval_forward_is_the_nearest_code_of_a_brute_force_reference() -> None:
     assert not bool(vq.initialized)  # evaluation never seeds the codebook
 
 
+def test_the_meta_device_is_named_before_any_change() -> None:
+    """A meta tensor holds no values, and the training step reads them: z on the meta device
+    failed in ``Tensor.item()``, a meta codebook with 'not on the expected device meta'."""
+    vq = VectorQuantizer(4, 3)
+    vq.train()
+    with pytest.raises(ValueError, match=r"does not run on the meta device; got z on meta, "
+                                         r"the codebook on cpu"):
+        vq(torch.zeros(5, 4, device="meta"))
+    assert not bool(vq.initialized)
+    on_meta = VectorQuantizer(4, 3).to("meta")
+    with pytest.raises(ValueError, match=r"got z on cpu, the codebook on meta"):
+        on_meta.distances(torch.zeros(5, 4))
+
+
 def test_ties_go_to_the_lowest_index() -> None:
     C = torch.tensor([[0.0, 0.0], [1.0, 0.0], [1.0, 0.0], [5.0, 5.0]])
     vq = _with_codebook(C).eval()

@@ -296,6 +296,10 @@ class VectorQuantizer(nn.Module):
                              f"{tuple(z.shape)}")
         if not (z.is_floating_point()):
             raise TypeError(f"z must be a floating-point tensor; got {z.dtype}")
+        if "meta" in (z.device.type, self.codebook.device.type):  # the step reads values
+            raise ValueError("z and the codebook must hold values: a VectorQuantizer does not "
+                             f"run on the meta device; got z on {z.device}, the codebook on "
+                             f"{self.codebook.device}")
         check_finite(z.detach(), "z")
         dt = compute_dtype(torch.promote_types(self.codebook.dtype, z.dtype))
         # x, or x_hat = x / ||x|| (differentiable; a zero row raises) for cosine
