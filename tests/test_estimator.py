@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.spatial.distance import cdist
 from scipy.special import softmax as sp_softmax
 from sklearn.cluster import KMeans
@@ -26,6 +28,7 @@ from sklearn.metrics import adjusted_rand_score
 import rbfkmeans.runs as runs_mod
 from rbfkmeans import KMeansLayer, RBFKMeans
 from rbfkmeans._parameters import PARAMETERS as _PARAMETERS
+from rbfkmeans.estimator import _distinct_rows
 from rbfkmeans.gradient import gradient_step
 from rbfkmeans.splits import Subsample
 
@@ -318,6 +321,21 @@ def test_far_centroid_is_relocated(assignment: str, solver: str) -> None:
     assert np.bincount(est.labels_, minlength=4).min() > 0
     assert np.abs(est.cluster_centers_).max() < 100
     assert np.isfinite(est.predict_proba(X0)).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**16), k=st.integers(1, 12), d=st.integers(1, 9),
+       dtype=st.sampled_from([np.float32, np.float64]))
+def test_distinct_centres_are_counted_as_numpy_unique_counts_rows(seed: int, k: int, d: int,
+                                                                   dtype: type) -> None:
+    """The count behind the warning (rows compared as bytes, after adding 0 so that -0.0 is
+    0.0) equals ``numpy.unique(C, axis=0)``'s, on rows drawn from a few values with signed zeros
+    and repeats."""
+    rng = np.random.default_rng(seed)
+    C = rng.choice(np.array([0.0, -0.0, 1.0, -2.5]), size=(k, d)).astype(dtype)
+    C[rng.integers(0, k, size=k // 2)] = C[rng.integers(0, k, size=k // 2)]
+    assert _distinct_rows(C) == np.unique(C, axis=0).shape[0]
+    assert _distinct_rows(np.asfortranarray(C)) == np.unique(C, axis=0).shape[0]
 
 
 @pytest.mark.parametrize("weighted", [False, True])

@@ -70,6 +70,14 @@ from .starts import Temperatures
 __all__ = ["RBFKMeans"]
 
 
+def _distinct_rows(C: np.ndarray) -> int:
+    """The number of distinct rows of ``C`` (k, d), each row compared as one block of bytes:
+    ``numpy.unique(C, axis=0)`` views the rows as records of ``d`` fields, which took 4 s for
+    two centroids of 1,000,000 features. Adding 0 first makes ``-0.0`` the ``0.0`` it equals."""
+    C = np.ascontiguousarray(C) + C.dtype.type(0)  # (k, d) a copy
+    return int(np.unique(C.view(np.dtype((np.void, C.dtype.itemsize * C.shape[1])))).size)
+
+
 def _owns(Xt: Tensor, X: np.ndarray) -> bool:
     """Whether ``Xt`` is a tensor of its own (a converted copy), not a view of the caller's
     ``X``: then it may be written in place."""
@@ -553,7 +561,7 @@ class RBFKMeans(
     def _warn_if_centres_coincide(self, stacklevel: int) -> None:
         """scikit-learn's ``ConvergenceWarning`` where fewer distinct centres than
         ``n_clusters`` were found (fewer distinct rows of positive weight than clusters)."""
-        distinct = np.unique(self.cluster_centers_, axis=0).shape[0]
+        distinct = _distinct_rows(self.cluster_centers_)
         if distinct < self.n_clusters:
             warnings.warn(
                 f"Number of distinct clusters ({distinct}) found smaller than "
