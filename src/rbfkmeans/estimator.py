@@ -61,6 +61,7 @@ from .metrics import _zero_row_error, check_nonzero_rows, get_metric
 from .online import OnlineFitMixin
 from .passes import Data, cluster_stats
 from .repeats import fold_repeats
+from .rowspace import RowSpace, row_space_applies
 from .runs import fit_run, run_schedules
 from .scales import fit_scales
 from .schedules import critical_temperature_factor
@@ -468,6 +469,11 @@ class RBFKMeans(
             folded = None
             Xf, wf, own = Xt, w, _owns(Xt, X)  # (n, d)
         spherical = get_metric(self.metric).spherical
+        space: RowSpace | None = None  # fewer rows than features: fitted in their span
+        if not (comm.active or sparse or out_of_core) and isinstance(self.init, str) and \
+                row_space_applies(*Xf.shape):
+            space, Xf = RowSpace.of(Xf, centred=not spherical)  # (m, m) coordinates
+            own = True
         frame = Frame() if spherical else Frame.choose(Xf, wf, chunk_size=self.chunk_size,
                                                        comm=comm)
         data = self._data(frame.enter(Xf, inplace=own), wf, comm)
@@ -490,7 +496,9 @@ class RBFKMeans(
                 best = result
         assert best is not None
         best = self._leave_frame(best, frame, data, X.dtype)
-        if folded is not None:  # every row takes the label of its distinct row
+        if space is not None:  # the data's coordinates; labels and J of every row
+            best, frame = self._leave_row_space(best, space, Xt, w, X.dtype)
+        elif folded is not None:  # every row takes the label of its distinct row
             best["labels"] = best["labels"][folded.inverse]
         self._frame_ = frame
         self._set_fitted(best, X, warn=comm.rank == 0)
@@ -520,6 +528,22 @@ class RBFKMeans(
         return dict(best, C=C, labels=st.labels, inertia=frame.sq_from(st.inertia),
                     temperatures=[frame.sq_from(T) for T in best["temperatures"]],
                     history=history)
+
+    def _leave_row_space(self, best: dict[str, Any], space: RowSpace, Xt: Tensor,
+                         w: Tensor | None, dtype: np.dtype[Any]) -> tuple[dict[str, Any], Frame]:
+        """A result fitted in the coordinates of the rows' span (:mod:`rbfkmeans.rowspace`) in
+        the data's: the centroids ``mu + C Q^T``, and the labels and ``J`` of every row from one
+        pass at them in a frame chosen for the data, the frame inference computes in (so that
+        ``labels_`` and ``predict`` agree at rounding-level ties); returns it too."""
+        C = torch.as_tensor(to_numpy(space.leave(best["C"])).astype(dtype, copy=False))
+        frame = Frame() if get_metric(self.metric).spherical else \
+            Frame.choose(Xt, w, chunk_size=self.chunk_size)
+        st = cluster_stats(self._data(frame.enter(Xt), w), frame.enter(C.to(Xt)), 0.0, "hard",
+                           return_labels=True)
+        history = [dict(h, centers=to_numpy(space.leave(torch.as_tensor(h["centers"]))).astype(
+            dtype, copy=False)) for h in best["history"]]
+        return dict(best, C=C, labels=st.labels, inertia=frame.sq_from(st.inertia),
+                    history=history), frame
 
     def _n_init(self, comm: Comm) -> int:
         explicit = not isinstance(self.init, str) and not callable(self.init)
