@@ -14,7 +14,12 @@ from sklearn.metrics import adjusted_rand_score
 
 import rbfkmeans.rowspace as rowspace
 from rbfkmeans import RBFKMeans
-from rbfkmeans.rowspace import ROW_SPACE_MAX_ROWS, RowSpace, row_space_applies
+from rbfkmeans.rowspace import (
+    ROW_SPACE_MAX_ENTRIES,
+    ROW_SPACE_MAX_ROWS,
+    RowSpace,
+    row_space_applies,
+)
 
 
 @settings(max_examples=40, deadline=None)
@@ -27,7 +32,9 @@ def test_the_coordinates_are_an_isometry_of_the_span(seed: int, n: int, extra: i
     rng = np.random.default_rng(seed)
     d = 2 * n + extra
     X = torch.from_numpy(rng.normal(size=(n, d)) + offset)
+    given = X.clone()
     space, Z = RowSpace.of(X, centred=centred)
+    assert torch.equal(X, given)  # centred in a copy, never in the caller's rows
     assert Z.shape == (n, n)
     assert Z.dtype == X.dtype
     scale = float((X - space.mu).square().sum(dim=1).max()) + 1.0
@@ -93,6 +100,8 @@ def test_the_row_space_is_taken_only_where_it_pays_and_applies(
     assert row_space_applies(10, 20)
     assert not row_space_applies(10, 19)
     assert not row_space_applies(ROW_SPACE_MAX_ROWS + 1, 10**7)
+    assert row_space_applies(32, ROW_SPACE_MAX_ENTRIES // 32)
+    assert not row_space_applies(32, ROW_SPACE_MAX_ENTRIES // 32 + 1)  # its float64 copies
     for n, d, name in ((0, 5, "n"), (5, -1, "d")):
         with pytest.raises(ValueError, match=rf"^{name} must be"):
             row_space_applies(n, d)

@@ -26,19 +26,22 @@ from torch import Tensor
 
 from ._validation import check_matrix, check_positive_int
 
-__all__ = ["ROW_SPACE_MAX_ROWS", "RowSpace", "row_space_applies"]
+__all__ = ["ROW_SPACE_MAX_ENTRIES", "ROW_SPACE_MAX_ROWS", "RowSpace", "row_space_applies"]
 
 #: The row space is taken for at most this many rows (its QR decomposition costs ``2 d n^2``:
 #: 0.1 s for 200 rows of 20,000 features, about 1 s for 2,000 of 10,000, on two cores).
 ROW_SPACE_MAX_ROWS = 2048
+#: ... and at most this many entries ``n d``: the decomposition holds the centred rows and
+#: ``Q`` in float64, 256 MB each at this size, besides the data.
+ROW_SPACE_MAX_ENTRIES = 2**25
 
 
 def row_space_applies(n: int, d: int) -> bool:
     """Whether a fit of ``n`` rows of ``d`` features runs in the coordinates of the rows' span
-    (module docstring): at most :data:`ROW_SPACE_MAX_ROWS` rows, and at least twice as many
-    features as rows."""
+    (module docstring): at most :data:`ROW_SPACE_MAX_ROWS` rows and
+    :data:`ROW_SPACE_MAX_ENTRIES` entries, and at least twice as many features as rows."""
     n, d = check_positive_int(n, "n"), check_positive_int(d, "d")
-    return n <= ROW_SPACE_MAX_ROWS and 2 * n <= d
+    return n <= ROW_SPACE_MAX_ROWS and n * d <= ROW_SPACE_MAX_ENTRIES and 2 * n <= d
 
 
 @dataclass(frozen=True)
@@ -54,9 +57,9 @@ class RowSpace:
         """The span of the rows of ``X`` (n, d) and their coordinates ``Z`` (n, n) in it, in
         ``X``'s dtype; ``centred=False`` takes the linear span (``mu = 0``, for cosine)."""
         check_matrix(X, "X")
-        Xd = X.double()
+        Xd = X.to(torch.float64, copy=True)  # (n, d), centred in place: one copy of the rows
         mu = Xd.mean(dim=0) if centred else Xd.new_zeros(X.shape[1])  # (d,)
-        Q, R = torch.linalg.qr((Xd - mu).T, mode="reduced")  # (d, n), (n, n)
+        Q, R = torch.linalg.qr(Xd.sub_(mu).T, mode="reduced")  # (d, n), (n, n)
         return cls(mu, Q), R.T.to(X.dtype).contiguous()
 
     def leave(self, C: Tensor) -> Tensor:
