@@ -28,8 +28,8 @@ from sklearn.metrics import adjusted_rand_score
 import rbfkmeans.runs as runs_mod
 from rbfkmeans import KMeansLayer, RBFKMeans
 from rbfkmeans._parameters import PARAMETERS as _PARAMETERS
-from rbfkmeans.estimator import _distinct_rows
 from rbfkmeans.gradient import gradient_step
+from rbfkmeans.publish import distinct_rows
 from rbfkmeans.splits import Subsample
 
 entmax = pytest.importorskip("entmax")
@@ -334,8 +334,8 @@ def test_distinct_centres_are_counted_as_numpy_unique_counts_rows(seed: int, k: 
     rng = np.random.default_rng(seed)
     C = rng.choice(np.array([0.0, -0.0, 1.0, -2.5]), size=(k, d)).astype(dtype)
     C[rng.integers(0, k, size=k // 2)] = C[rng.integers(0, k, size=k // 2)]
-    assert _distinct_rows(C) == np.unique(C, axis=0).shape[0]
-    assert _distinct_rows(np.asfortranarray(C)) == np.unique(C, axis=0).shape[0]
+    assert distinct_rows(C) == np.unique(C, axis=0).shape[0]
+    assert distinct_rows(np.asfortranarray(C)) == np.unique(C, axis=0).shape[0]
 
 
 @pytest.mark.parametrize("weighted", [False, True])

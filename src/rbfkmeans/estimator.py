@@ -59,7 +59,8 @@ from .frame import Frame
 from .inference import InferenceMixin, to_numpy
 from .metrics import _zero_row_error, check_nonzero_rows, get_metric
 from .online import OnlineFitMixin
-from .passes import Data, cluster_stats
+from .passes import Data
+from .publish import distinct_rows, leave_frame, leave_row_space
 from .repeats import fold_repeats
 from .rowspace import RowSpace, row_space_applies
 from .runs import fit_run, run_schedules
@@ -69,14 +70,6 @@ from .sparse import SparseRows, is_sparse
 from .starts import Temperatures
 
 __all__ = ["RBFKMeans"]
-
-
-def _distinct_rows(C: np.ndarray) -> int:
-    """The number of distinct rows of ``C`` (k, d), each row compared as one block of bytes:
-    ``numpy.unique(C, axis=0)`` views the rows as records of ``d`` fields, which took 4 s for
-    two centroids of 1,000,000 features. Adding 0 first makes ``-0.0`` the ``0.0`` it equals."""
-    C = np.ascontiguousarray(C) + C.dtype.type(0)  # (k, d) a copy
-    return int(np.unique(C.view(np.dtype((np.void, C.dtype.itemsize * C.shape[1])))).size)
 
 
 def _owns(Xt: Tensor, X: np.ndarray) -> bool:
@@ -495,9 +488,10 @@ class RBFKMeans(
             if best is None or result["inertia"] < best["inertia"]:
                 best = result
         assert best is not None
-        best = self._leave_frame(best, frame, data, X.dtype)
+        best = leave_frame(best, frame, data, X.dtype)
         if space is not None:  # the data's coordinates; labels and J of every row
-            best, frame = self._leave_row_space(best, space, Xt, w, X.dtype)
+            frame = Frame() if spherical else Frame.choose(Xt, w, chunk_size=self.chunk_size)
+            best = leave_row_space(best, space, self._data(frame.enter(Xt), w), frame, X.dtype)
         elif folded is not None:  # every row takes the label of its distinct row
             best["labels"] = best["labels"][folded.inverse]
         self._frame_ = frame
@@ -509,41 +503,6 @@ class RBFKMeans(
         comm.sum_(counts)
         self._online_counts: np.ndarray | None = to_numpy(counts)
         return self
-
-    @staticmethod
-    def _leave_frame(best: dict[str, Any], frame: Frame, data: Data,
-                     dtype: np.dtype[Any]) -> dict[str, Any]:
-        """A run's result in the data's coordinates. Outside the identity frame the labels and
-        ``J`` come from one more pass at the published centroids (``cluster_centers_`` taken
-        back into the frame, as :meth:`predict` computes them), so that ``labels_`` and
-        ``predict`` agree also at rounding-level ties."""
-        if frame.identity:
-            return best
-        C = torch.as_tensor(to_numpy(frame.leave(best["C"])).astype(dtype, copy=False))
-        st = cluster_stats(data, frame.enter(C.to(data.X.dtype)), 0.0, "hard",
-                           return_labels=True)
-        history = [dict(h, T=frame.sq_from(h["T"]), centers=frame.leave_numpy(h["centers"]),
-                        objective=frame.sq_from(h["objective"]),
-                        inertia=frame.sq_from(h["inertia"])) for h in best["history"]]
-        return dict(best, C=C, labels=st.labels, inertia=frame.sq_from(st.inertia),
-                    temperatures=[frame.sq_from(T) for T in best["temperatures"]],
-                    history=history)
-
-    def _leave_row_space(self, best: dict[str, Any], space: RowSpace, Xt: Tensor,
-                         w: Tensor | None, dtype: np.dtype[Any]) -> tuple[dict[str, Any], Frame]:
-        """A result fitted in the coordinates of the rows' span (:mod:`rbfkmeans.rowspace`) in
-        the data's: the centroids ``mu + C Q^T``, and the labels and ``J`` of every row from one
-        pass at them in a frame chosen for the data, the frame inference computes in (so that
-        ``labels_`` and ``predict`` agree at rounding-level ties); returns it too."""
-        C = torch.as_tensor(to_numpy(space.leave(best["C"])).astype(dtype, copy=False))
-        frame = Frame() if get_metric(self.metric).spherical else \
-            Frame.choose(Xt, w, chunk_size=self.chunk_size)
-        st = cluster_stats(self._data(frame.enter(Xt), w), frame.enter(C.to(Xt)), 0.0, "hard",
-                           return_labels=True)
-        history = [dict(h, centers=to_numpy(space.leave(torch.as_tensor(h["centers"]))).astype(
-            dtype, copy=False)) for h in best["history"]]
-        return dict(best, C=C, labels=st.labels, inertia=frame.sq_from(st.inertia),
-                    history=history), frame
 
     def _n_init(self, comm: Comm) -> int:
         explicit = not isinstance(self.init, str) and not callable(self.init)
@@ -585,7 +544,7 @@ class RBFKMeans(
     def _warn_if_centres_coincide(self, stacklevel: int) -> None:
         """scikit-learn's ``ConvergenceWarning`` where fewer distinct centres than
         ``n_clusters`` were found (fewer distinct rows of positive weight than clusters)."""
-        distinct = _distinct_rows(self.cluster_centers_)
+        distinct = distinct_rows(self.cluster_centers_)
         if distinct < self.n_clusters:
             warnings.warn(
                 f"Number of distinct clusters ({distinct}) found smaller than "
