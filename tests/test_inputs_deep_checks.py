@@ -189,6 +189,18 @@ def test_mapping_entropy_rejects_rows_off_the_simplex(P: torch.Tensor, assignmen
         mapping_entropy(P, assignment)
 
 
+@pytest.mark.parametrize("R", [torch.zeros(5, 3), -torch.ones(5, 3) / 3,
+                               torch.tensor([[0.7, 0.7], [0.5, 0.5]])])
+def test_self_training_targets_reject_rows_off_the_simplex(R: torch.Tensor) -> None:
+    """Rows of zeros gave rows of zero targets, negative entries uniform targets, and rows
+    summing to 1.4 targets of no meaning, silently; memberships on the simplex pass."""
+    with pytest.raises(ValueError, match=r"^R's rows must lie on the simplex"):
+        self_training_targets(R)
+    P = self_training_targets(torch.softmax(torch.randn(6, 3, generator=torch.Generator(
+        ).manual_seed(0)), dim=1))
+    torch.testing.assert_close(P.sum(dim=1), torch.ones(6))
+
+
 _R3 = torch.full((3, 2), 0.5)
 _NB3 = torch.tensor([[1], [0], [1]])
 

@@ -102,13 +102,20 @@ def mapping_entropy(P: Tensor, assignment: str) -> Tensor:
     sums 1 within :data:`SIMPLEX_TOL`): ``ValueError`` naming ``P`` otherwise."""
     entry = get_assignment(assignment)
     P = _memberships(P, "P")
+    _check_simplex(P, "P")
+    return entry.entropy(P)
+
+
+def _check_simplex(P: Tensor, name: str) -> None:
+    """Raise a ``ValueError`` naming ``name`` unless the rows of ``P`` (n, k) lie on the simplex:
+    entries ``>= 0``, sums 1 within :data:`SIMPLEX_TOL` (one reduction each)."""
     if P.numel():
         low = float(P.min())
         off = float((P.sum(dim=1, dtype=torch.float64) - 1.0).abs().max())
         if low < 0 or off > SIMPLEX_TOL:
-            raise ValueError(f"P's rows must lie on the simplex (entries >= 0, summing to 1); "
-                             f"got a smallest entry {low:.6g} and a row sum off 1 by {off:.3g}")
-    return entry.entropy(P)
+            raise ValueError(f"{name}'s rows must lie on the simplex (entries >= 0, summing to "
+                             f"1); got a smallest entry {low:.6g} and a row sum off 1 by "
+                             f"{off:.3g}")
 
 
 def fenchel_young_loss(D: Tensor, P: Tensor, T: float, assignment: str) -> Tensor:
@@ -178,9 +185,12 @@ def self_training_targets(
 ) -> Tensor:
     r"""Targets ``P`` (n, k) from memberships ``R`` (n, k): average each row with its
     neighbours' (``neighbors`` (n, m) indices, optional), then
-    ``P_ij ∝ Rbar_ij^2 / (sum_l Rbar_lj)^balance`` (``balance = 1``: DEC's rule)."""
+    ``P_ij ∝ Rbar_ij^2 / (sum_l Rbar_lj)^balance`` (``balance = 1``: DEC's rule). The rows of
+    ``R`` must lie on the simplex (``ValueError`` naming ``R``: rows of zeros gave rows of zero
+    targets, negative entries targets of no meaning, silently)."""
     if not 0.0 <= check_real(balance, "balance") <= 1.0:
         raise ValueError(f"balance must be a number in [0, 1]; got {balance!r}")
+    _check_simplex(_memberships(R, "R"), "R")
     return batch_targets(R, slice(None), neighbors, target_sizes(R, neighbors), balance)
 
 
