@@ -2,11 +2,13 @@ r"""The compiled scoring of Hartigan's moves behind :func:`rbfkmeans.kernels.har
 and :func:`rbfkmeans.kernels.hartigan_rows` (numba; the equation is in
 :mod:`rbfkmeans.hartigan`).
 
-For each row ``i`` of weight ``w_i`` in cluster ``a`` it finds the cluster ``b != a`` with the
-smallest ``w_i N_b / (N_b + w_i) ||x_i - c_b||^2`` and the gain ``-Delta J`` of moving it there,
-the squared distances taken from differences in float64 (no cancellation), the rows in parallel
-(each writes only its own entries). Rows whose cluster would empty (``N_a <= w_i``) get no
-move. :func:`gains_wide` serves wide data, the rows the caller's bounds leave: the squared
+For each row ``i`` of weight ``w_i`` in cluster ``a`` that the caller's bounds leave, it finds
+the cluster ``b != a`` with the smallest ``w_i N_b / (N_b + w_i) ||x_i - c_b||^2`` and the gain
+``-Delta J`` of moving it there, and for the bounds the distances to the own mean and to the two
+nearest other means. :func:`gains` serves few features: the squared distances from
+differences in float64 (no cancellation), the rows in parallel (each writes only its own
+entries). Rows whose cluster would empty (``N_a <= w_i``) get no move.
+:func:`gains_wide` serves wide data: the squared
 distances ``||x_i||^2 + ||c_j||^2 - 2 x_i.c_j`` in float64 from BLAS products of ``WIDE_ROWS``
 gathered rows at a time in the data's dtype (as the torch scoring also computes them in that
 dtype), the rows' blocks in parallel, with what the bounds need. An unweighted row skips the
@@ -26,37 +28,58 @@ __all__ = ["gains", "gains_wide"]
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def gains(X, C, N, labels, w):
-    n, d = X.shape
+def gains(X, C, N, labels, w, rows):
+    """The best move of each row of ``rows`` (m,) of narrow data, the squared distances from
+    differences in float64, the rows in parallel; returns what :func:`gains_wide` returns (the
+    gain and target, and for the caller's bounds the squared distances to the own mean, the
+    nearest other cluster and the squared distances to it and to the next)."""
+    m = rows.shape[0]
+    d = X.shape[1]
     k = C.shape[0]
     has_w = w.shape[0] > 0
-    gain = np.zeros(n)
-    target = np.full(n, -1, dtype=np.int64)
-    for i in prange(n):
+    gain = np.zeros(m)
+    target = np.full(m, -1, dtype=np.int64)
+    own = np.empty(m)
+    near = np.zeros(m, dtype=np.int64)
+    d1 = np.full(m, np.inf)
+    d2 = np.full(m, np.inf)
+    for q in prange(m):
+        i = rows[q]
         wi = np.float64(w[i]) if has_w else 1.0
         a = labels[i]
-        if N[a] <= wi:
-            continue
         best = np.inf
         to = -1
-        own = 0.0
+        first = np.inf
+        second = np.inf
+        b1 = 0
         for j in range(k):
             s = 0.0
             for t in range(d):
                 diff = np.float64(X[i, t]) - C[j, t]
                 s += diff * diff
             if j == a:
-                own = s
-            else:
-                join = wi * N[j] / (N[j] + wi) * s
-                if join < best:
-                    best = join
-                    to = j
-        g = wi * N[a] / (N[a] - wi) * own - best
+                own[q] = s
+                continue
+            if s < first:  # the two nearest other clusters, for the bounds
+                second = first
+                first = s
+                b1 = j
+            elif s < second:
+                second = s
+            join = wi * N[j] / (N[j] + wi) * s
+            if join < best:
+                best = join
+                to = j
+        near[q] = b1
+        d1[q] = first
+        d2[q] = second
+        if N[a] <= wi:
+            continue
+        g = wi * N[a] / (N[a] - wi) * own[q] - best
         if g > 0.0:
-            gain[i] = g
-            target[i] = to
-    return gain, target
+            gain[q] = g
+            target[q] = to
+    return gain, target, own, near, d1, d2
 
 
 @njit(parallel=True, cache=True, nogil=True)

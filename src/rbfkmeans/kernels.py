@@ -509,7 +509,8 @@ def _warm_calls(dt: torch.dtype, w: Tensor | None) -> list[tuple[str, Callable[[
                                               torch.ones(2, MAX_DIM + 1, dtype=torch.float64),
                                               w)),
         ("swap halves", lambda: halves_pass(X, X[:2].clone(), labels, V, w)),
-        ("Hartigan's moves", lambda: hartigan_pass(X, X[:2].double(), m.double(), labels, w)),
+        ("Hartigan's moves", lambda: hartigan_pass(X, X[:2].double(), m.double(), labels, w,
+                                                   torch.tensor([0, 2, 5]))),
         ("Hartigan's moves (wide)", lambda: hartigan_rows(wide, wide[:2].double(), m.double(),
                                                           labels, w, torch.tensor([0, 2, 5]))),
     ]
@@ -526,17 +527,19 @@ def _warm_lloyd(X: Tensor, C: Tensor, w: Tensor | None) -> None:
                                  torch.empty(0, dtype=torch.int64), run.C, *run.bounds[2:]))
 
 
-def hartigan_pass(X: Tensor, C: Tensor, N: Tensor, labels: Tensor,
-                  w: Tensor | None) -> tuple[Tensor, Tensor]:
-    """The best single move of every row of ``X`` (n, d) labelled ``labels`` among the means
-    ``C`` (k, d, float64) of weights ``N`` (k, float64): the gain ``-Delta J`` (n, float64; 0
-    where no move pays) and the target cluster (n, int64; -1 there), one sweep
-    (:mod:`rbfkmeans.hartigan`). Call only where :func:`usable` holds (few features)."""
+def hartigan_pass(X: Tensor, C: Tensor, N: Tensor, labels: Tensor, w: Tensor | None,
+                  rows: Tensor) -> tuple[Tensor, ...]:
+    """The best single move of the rows ``rows`` (m, int64) of ``X`` (n, d) labelled ``labels``
+    among the means ``C`` (k, d, float64) of weights ``N`` (k, float64), one sweep
+    (:mod:`rbfkmeans.hartigan`): the gain ``-Delta J`` (m, float64; 0 where no move pays), the
+    target cluster (m, int64; -1 there), and for the bounds the squared distances (float64) to
+    the own mean, the nearest other cluster and the squared distances to it and to the next
+    (``inf`` where there is none). Call only where :func:`usable` holds (few features)."""
     with _launch():
-        gain, target = _hartigan_loops.gains(_array(X), _array(C.to(torch.float64)),
-                                             _array(N.to(torch.float64)), _array(labels),
-                                             _weights(w, X))
-    return torch.from_numpy(gain), torch.from_numpy(target)
+        out = _hartigan_loops.gains(_array(X), _array(C.to(torch.float64)),
+                                    _array(N.to(torch.float64)), _array(labels),
+                                    _weights(w, X), _array(rows.to(torch.long)))
+    return tuple(torch.from_numpy(a) for a in out)
 
 
 def hartigan_rows(X: Tensor, C: Tensor, N: Tensor, labels: Tensor, w: Tensor | None,
