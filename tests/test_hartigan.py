@@ -257,6 +257,7 @@ def test_the_bounded_passes_take_the_steps_of_full_passes(
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RBFKMEANS_KERNELS", "1" if compiled else "0")
         patch.setattr(H, "_candidates", spy)
+        patch.setattr(H, "NARROW_BOUNDS_MIN_WORK", 0)  # bounds for every k and d
         bounded = hartigan(data, torch.from_numpy(labels), k, max_passes=1000)
         patch.setattr(H, "_Bounds", lambda n, device: None)
         full = hartigan(data, torch.from_numpy(labels), k, max_passes=1000)
@@ -484,3 +485,31 @@ def test_the_row_test_in_chunks_is_the_row_test_over_all_rows(
     assert torch.equal(small.labels, whole.labels)
     assert (small.n_passes, small.n_moves) == (whole.n_passes, whole.n_moves)
     torch.testing.assert_close(small.C, whole.C, rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not kernels.enabled(), reason="the compiled kernels are switched off")
+@pytest.mark.parametrize(("d", "k", "bounded"), [(16, 2, False), (3, 16, False), (16, 4, True),
+                                                 (2, 40, True), (20, 2, True)])
+def test_few_features_and_clusters_score_every_row(monkeypatch: pytest.MonkeyPatch, d: int,
+                                                   k: int, bounded: bool) -> None:
+    """The compiled sweep of few features takes bounds only where ``k d`` reaches
+    NARROW_BOUNDS_MIN_WORK (below, scoring every row costs less than keeping them); wide rows
+    and the torch scoring always do. Either way the polish ends at a Hartigan fixed point."""
+    import rbfkmeans.hartigan as H
+
+    monkeypatch.setenv("RBFKMEANS_KERNELS", "1")
+    X, w, labels = _problem(7, 300, d, k, False)
+    data = Data(torch.from_numpy(X))
+    seen: list[bool] = []
+    real = H._candidates
+
+    def spy(data, C, N, labels, bounds=None):  # type: ignore[no-untyped-def]
+        seen.append(bounds is not None)
+        return real(data, C, N, labels, bounds)
+
+    monkeypatch.setattr(H, "_candidates", spy)
+    res = H.hartigan(data, torch.from_numpy(labels), k, max_passes=1000)
+    assert set(seen) == {bounded}
+    assert res.converged
+    lab = res.labels.numpy()
+    assert min(_paying_moves(X, w, lab, k)) >= -1e-9 * _partition_J(X, w, lab, k)

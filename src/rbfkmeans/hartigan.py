@@ -52,8 +52,9 @@ Lloyd run that ended at its partition (``start``) and takes up that run's distan
 upper bound on the own distance and a lower bound on all the others, as ``u_i`` and ``l_1 = l_2``.
 The rows scored are the ones the full pass would find moves among,
 so the passes take the same steps (tests check it); this serves the chunked torch scoring (GPU,
-sparse rows) and the compiled sweeps on the CPU (of few features from differences: on 200,000
-rows of 2 features with k = 500 a pass scored every row in 97 ms; of wide rows from BLAS
+sparse rows) and the compiled sweeps on the CPU (of few features from differences, where
+``k d >= NARROW_BOUNDS_MIN_WORK``: on 200,000 rows of 2 features with k = 500 a pass scored
+every row in 97 ms; of wide rows from BLAS
 products of the rows left: on 70,000 x 64 rows with k = 1,024 a pass took 80 ms against the
 torch pass's 110-190 ms).
 """
@@ -72,7 +73,8 @@ from ._validation import check_nonnegative, check_positive_int
 from .lloyd import LloydResult, distance_bounds
 from .passes import Data, check_data
 
-__all__ = ["REFRESH", "ROUNDING", "HartiganResult", "hartigan", "holds_weight"]
+__all__ = ["NARROW_BOUNDS_MIN_WORK", "REFRESH", "ROUNDING", "HartiganResult", "hartigan",
+           "holds_weight"]
 
 #: the means are updated from each batch's moments (float64) and recomputed from all the rows
 #: every this many passes and at the end (a recomputation costs about a Lloyd pass on wide data)
@@ -85,6 +87,10 @@ ROUNDING = 1e-12
 #: :meth:`_Bounds.active` decides this many rows at a time (its temporaries, some 50 bytes a
 #: row, then stay a few MB on millions of rows)
 ACTIVE_ROWS = 1 << 16
+#: the compiled sweep of few features scores every row where ``k d`` is below this: there the
+#: bounds' bookkeeping (a few torch passes over the rows) costs more than the scores it saves
+#: (100,000 rows of 16 features: k = 2 0.49 s against 0.54 s bounded; k = 16 4.1 s against 2.6 s)
+NARROW_BOUNDS_MIN_WORK = 64
 
 
 @dataclass
@@ -379,7 +385,8 @@ def hartigan(data: Data, labels: Tensor, k: int, *, max_passes: int = 100,
                          f"{torch.nonzero(N <= 0).flatten().tolist()} are empty")
     moves = passes = 0
     converged = False
-    bounds = None if k < 2 else _Bounds(data.n, labels.device)
+    bounds = None if k < 2 or (kernels.usable(data.X, k) and k * data.d < NARROW_BOUNDS_MIN_WORK) \
+        else _Bounds(data.n, labels.device)
     held = None if bounds is None or start is None else distance_bounds(start)
     if bounds is not None and held is not None:
         bounds.take_up(*held, C, labels)
