@@ -78,6 +78,30 @@ from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
+#: the output folder as the results file records it (a path of the machine says nothing to a
+#: reader of the file)
+OUT_MARK = "<out>"
+
+
+def _recorded_argv(argv: list[str]) -> list[str]:
+    """The command line as the results file records it: the output folder as ``OUT_MARK``."""
+    out = list(argv)
+    for i, a in enumerate(out):
+        if a == "--out" and i + 1 < len(out):
+            out[i + 1] = OUT_MARK
+        elif a.startswith("--out="):
+            out[i] = f"--out={OUT_MARK}"
+    return out
+
+
+def _package_file(module: Any) -> str:
+    """Where ``module`` was imported from: relative to this repository when it is this
+    checkout's, else its folder's name and the file's (an installed copy)."""
+    path = Path(module.__file__).resolve()
+    try:
+        return str(path.relative_to(BENCH.parent))
+    except ValueError:
+        return f"{path.parent.name}/{path.name} (installed)"
 ROOT = BENCH.parent
 DEFAULT_OUT = BENCH / "results" / "gpu_run"
 STEPS = ("tests", "layer", "fit", "vq", "deep")
@@ -373,7 +397,7 @@ def step_env(ctx: Context) -> None:
         rec["device_name"] = platform.processor() or platform.machine()
     import rbfkmeans
 
-    rec["rbfkmeans"] = {"version": rbfkmeans.__version__, "file": rbfkmeans.__file__}
+    rec["rbfkmeans"] = {"version": rbfkmeans.__version__, "file": _package_file(rbfkmeans)}
     rec["summary"] = f"{rec['device_name']}, torch {torch.__version__}, CUDA {torch.version.cuda}"
 
 
@@ -414,7 +438,8 @@ def run_pytest(ctx: Context, name: str, args: list[str], timeout: float,
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
            f"--junitxml={junit}", *args]
     rc, timed_out, seconds = run_logged(cmd, timeout, log, child_env(env))
-    run: dict[str, Any] = {"command": " ".join(cmd[2:]), "returncode": rc,
+    command = " ".join(cmd[2:]).replace(str(ctx.out), OUT_MARK)  # no path of this machine
+    run: dict[str, Any] = {"command": command, "returncode": rc,
                            "timed_out": timed_out, "seconds": seconds, "timeout_s": timeout,
                            "log": log.name}
     if env:
@@ -1113,7 +1138,8 @@ def main(argv: list[str] | None = None) -> int:
     t_end = time.time() + budget
     log = Log(args.out / "log.txt")
     results: dict[str, Any] = {
-        "script": "benchmarks/gpu_check.py", "argv": sys.argv[1:],
+        "script": "benchmarks/gpu_check.py",
+        "argv": _recorded_argv(sys.argv[1:]),
         "settings": {"device": args.device, "quick": args.quick, "budget_s": budget,
                      "steps": args.steps, "shares": SHARES, "isolation": args.isolation,
                      "fail_env": os.environ.get(FAIL_ENV)},

@@ -64,6 +64,22 @@ def test_every_step_recorded_with_a_status(quick_run: tuple[dict[str, Any], str,
     assert "finished" in results
 
 
+def test_the_results_name_no_path_of_the_machine(
+        quick_run: tuple[dict[str, Any], str, Path]) -> None:
+    """The output folder is recorded as ``<out>`` (in the command line and in the commands of
+    the steps) and the package's file relative to the checkout: the committed results file had
+    held ``/tmp/...`` and an absolute path of the machine that ran it."""
+    results, _, out = quick_run
+    text = json.dumps(results)
+    assert str(out) not in text
+    assert str(ROOT) not in text
+    assert results["argv"][results["argv"].index("--out") + 1] == "<out>"
+    assert results["environment"]["rbfkmeans"]["file"] == "src/rbfkmeans/__init__.py"
+    committed = (ROOT / "benchmarks" / "results" / "gpu.json").read_text()
+    assert "/tmp/" not in committed
+    assert str(ROOT) not in committed
+
+
 def test_tests_step_counts_the_gpu_tests(quick_run: tuple[dict[str, Any], str, Path]) -> None:
     runs = quick_run[0]["steps"]["tests"]["runs"]
     gpu = runs["gpu_marker"]
