@@ -4,7 +4,7 @@ Run once on a machine with a CUDA device (nothing is installed, nothing is downl
 
     python benchmarks/gpu_check.py                     # about 7-8 minutes on one H200
     python benchmarks/gpu_check.py --steps layer,fit   # some steps only
-    python benchmarks/gpu_check.py --device cpu --quick --out /tmp/gc   # the smoke run (seconds)
+    python benchmarks/gpu_check.py --device cpu --quick --out out/gpu   # the smoke run (seconds)
 
 It writes ``results.json`` and ``log.txt`` (plus one log per step) into ``--out`` (default
 ``benchmarks/results/gpu_run/``): the device (``torch.cuda.get_device_name``), the torch, CUDA and
