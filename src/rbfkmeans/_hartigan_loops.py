@@ -27,6 +27,15 @@ from ._row_loops import _argmin, sq_norm
 __all__ = ["gains", "gains_wide"]
 
 
+@njit(cache=True, nogil=True)
+def _move_outputs(m):
+    """What both sweeps return for ``m`` rows, before any is scored: no gain, no target (-1),
+    the own distance, the nearest other cluster (0) and the distances to it and to the next
+    (``inf``: none found)."""
+    return (np.zeros(m), np.full(m, -1, dtype=np.int64), np.empty(m),
+            np.zeros(m, dtype=np.int64), np.full(m, np.inf), np.full(m, np.inf))
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def gains(X, C, N, labels, w, rows):
     """The best move of each row of ``rows`` (m,) of narrow data, the squared distances from
@@ -37,12 +46,7 @@ def gains(X, C, N, labels, w, rows):
     d = X.shape[1]
     k = C.shape[0]
     has_w = w.shape[0] > 0
-    gain = np.zeros(m)
-    target = np.full(m, -1, dtype=np.int64)
-    own = np.empty(m)
-    near = np.zeros(m, dtype=np.int64)
-    d1 = np.full(m, np.inf)
-    d2 = np.full(m, np.inf)
+    gain, target, own, near, d1, d2 = _move_outputs(m)
     for q in prange(m):
         i = rows[q]
         wi = np.float64(w[i]) if has_w else 1.0
@@ -106,12 +110,7 @@ def gains_wide(X, C, N, labels, w, rows, nb):
     fmin = np.inf
     for j in range(k):
         fmin = min(fmin, fac[j])
-    gain = np.zeros(m)
-    target = np.full(m, -1, dtype=np.int64)
-    own = np.empty(m)
-    near = np.zeros(m, dtype=np.int64)
-    d1 = np.full(m, np.inf)
-    d2 = np.full(m, np.inf)
+    gain, target, own, near, d1, d2 = _move_outputs(m)
     block = (m + nb - 1) // nb
     G = np.empty((nb, k))  # each block's distances, then join costs
     for b in prange(nb):
