@@ -401,3 +401,56 @@ def test_chunk_rows_takes_a_larger_budget_off_the_cpu() -> None:
     assert dist_mod.chunk_rows(10**6, 1152, device="meta") == \
         dist_mod.DEVICE_CHUNK_ELEMENTS // 1152
     assert dist_mod.chunk_rows(10**6, 1152, 77, device="meta") == 77  # an explicit size wins
+
+
+# -- row_dots: wide float32 rows summed in float64 -----------------------------------------------
+
+
+@pytest.mark.parametrize("d", [dist_mod.WIDE_DOTS + 1, 20_000, 300_000])
+def test_wide_float32_row_dots_are_summed_in_float64(d: int) -> None:
+    # a float32 chain of 300,000 products is 8e-5 off; the float64 sum rounded once is not
+    g = torch.Generator().manual_seed(d)
+    A = torch.randn(9, d, generator=g) + 0.5
+    B = torch.randn(9, d, generator=g) + 0.5
+    for got, ref in ((dist_mod.row_dots(A, B), (A.double() * B.double()).sum(1)),
+                     (dist_mod.row_norms_sq(A), A.double().square().sum(1))):
+        assert got.dtype == torch.float32
+        assert torch.allclose(got.double(), ref, rtol=2e-7, atol=0.0)
+
+
+def test_row_dots_up_to_the_width_and_in_float64_are_einsum() -> None:
+    g = torch.Generator().manual_seed(1)
+    for dtype, d in ((torch.float32, dist_mod.WIDE_DOTS), (torch.float64, 5_000)):
+        A = torch.randn(33, d, generator=g, dtype=dtype)
+        B = torch.randn(33, d, generator=g, dtype=dtype)
+        assert torch.equal(dist_mod.row_dots(A, B), torch.einsum("nd,nd->n", A, B))
+
+
+def test_wide_row_dots_chunk_rows_and_keep_the_gradient(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dist_mod, "WIDE_DOTS_COPY", 3 * 2_000 + 1)  # three rows a chunk
+    g = torch.Generator().manual_seed(2)
+    A = torch.randn(8, 2_000, generator=g, requires_grad=True)
+    B = torch.randn(8, 2_000, generator=g)
+    P = torch.nn.Parameter(torch.randn(8, 2_000, generator=g))  # a layer's centroids
+    out = dist_mod.row_dots(A, B)
+    assert torch.allclose(out.double(), (A.double() * B.double()).sum(1), rtol=2e-7, atol=0.0)
+    out.sum().backward()
+    assert torch.equal(A.grad, B)
+    assert torch.allclose(dist_mod.row_norms_sq(P).double(), P.double().square().sum(1),
+                          rtol=2e-7, atol=0.0)
+    assert dist_mod.row_dots(A[:0], B[:0]).shape == (0,)
+
+
+def test_wide_float32_distances_and_fit_inertia_against_float64() -> None:
+    # 6 rows of 300,000 features: the expansion's norms were 1.7% off the distances of
+    # centroids near the rows, and a fit's inertia_ 1.7e-4 below the float64 value
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(6, 300_000, generator=g)
+    C = X[:3] + 0.1 * torch.randn(3, 300_000, generator=g)
+    ref = torch.cdist(X.double(), C.double()).square()
+    assert torch.allclose(sq_distances(X, C).double(), ref, rtol=2e-4, atol=0.0)
+    fit = rk.RBFKMeans(2, random_state=0).fit(X.numpy())
+    X64, C64 = X.double().numpy(), fit.cluster_centers_.astype(np.float64)
+    J = sum(float(((X64[i] - C64[fit.labels_[i]]) ** 2).sum()) for i in range(6))
+    assert fit.inertia_ == pytest.approx(J, rel=1e-6)
+    assert -fit.score(X.numpy()) == pytest.approx(J, rel=1e-6)

@@ -37,7 +37,7 @@ import math
 import torch
 from torch import Tensor
 
-from .distances import cross_term, row_min, row_norms_sq
+from .distances import cross_term, row_dots, row_min, row_norms_sq
 from .passes import Data, Stats
 
 __all__ = ["MOVERS", "MOVERS_MIN_K", "BoundedAssignment"]
@@ -221,7 +221,7 @@ class BoundedAssignment:
         for start in range(0, int(doubt.numel()), step):
             rows = doubt[start : start + step]
             lab_r = labels[rows]
-            dot = torch.einsum("nd,nd->n", data.X[rows], C[lab_r])
+            dot = row_dots(data.X[rows], C[lab_r])
             e_r = e[rows]
             u_r = (data.X_sq[rows] + (C_sq[lab_r] - 2.0 * dot)).double().add_(e_r)
             u_r = u_r.clamp_(min=0.0).sqrt_()

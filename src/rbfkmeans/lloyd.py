@@ -27,6 +27,7 @@ from torch import Tensor
 from . import kernels
 from ._validation import check_nonnegative, check_positive_int
 from .bounds import BoundedAssignment
+from .distances import row_dots
 from .passes import Data, Stats, check_data, cluster_stats
 from .relocation import hard_update
 from .sparse import dense
@@ -342,7 +343,7 @@ def _spherical_objective(data: Data, C: Tensor, labels: Tensor) -> float:
     ``C``, as its scores round)."""
     total = 0.0
     for s in data.chunks(1):
-        cos = torch.einsum("nd,nd->n", dense(data.X[s]), C[labels[s]]).double()  # (b,)
+        cos = row_dots(dense(data.X[s]), C[labels[s]]).double()  # (b,)
         w = data.weight(s)
         total += float((1.0 - cos).sum() if w is None else (1.0 - cos) @ w.double())
     return data.comm.sum_scalars(total)[0]
