@@ -407,15 +407,15 @@ def test_chunk_rows_takes_a_larger_budget_off_the_cpu() -> None:
 
 
 @pytest.mark.parametrize("d", [dist_mod.WIDE_DOTS + 1, 20_000, 300_000])
-def test_wide_float32_row_dots_are_summed_in_float64(d: int) -> None:
-    # a float32 chain of 300,000 products is 8e-5 off; the float64 sum rounded once is not
+def test_wide_float32_row_dots_are_summed_by_blocks(d: int) -> None:
+    # a float32 chain of 300,000 products is 8e-5 off; the blocked reduction about 1e-7
     g = torch.Generator().manual_seed(d)
     A = torch.randn(9, d, generator=g) + 0.5
     B = torch.randn(9, d, generator=g) + 0.5
     for got, ref in ((dist_mod.row_dots(A, B), (A.double() * B.double()).sum(1)),
                      (dist_mod.row_norms_sq(A), A.double().square().sum(1))):
         assert got.dtype == torch.float32
-        assert torch.allclose(got.double(), ref, rtol=2e-7, atol=0.0)
+        assert torch.allclose(got.double(), ref, rtol=5e-7, atol=0.0)
 
 
 def test_row_dots_up_to_the_width_and_in_float64_are_einsum() -> None:
@@ -433,11 +433,11 @@ def test_wide_row_dots_chunk_rows_and_keep_the_gradient(monkeypatch: pytest.Monk
     B = torch.randn(8, 2_000, generator=g)
     P = torch.nn.Parameter(torch.randn(8, 2_000, generator=g))  # a layer's centroids
     out = dist_mod.row_dots(A, B)
-    assert torch.allclose(out.double(), (A.double() * B.double()).sum(1), rtol=2e-7, atol=0.0)
+    assert torch.allclose(out.double(), (A.double() * B.double()).sum(1), rtol=5e-7, atol=0.0)
     out.sum().backward()
     assert torch.equal(A.grad, B)
     assert torch.allclose(dist_mod.row_norms_sq(P).double(), P.double().square().sum(1),
-                          rtol=2e-7, atol=0.0)
+                          rtol=5e-7, atol=0.0)
     assert dist_mod.row_dots(A[:0], B[:0]).shape == (0,)
 
 
