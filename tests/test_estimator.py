@@ -9,6 +9,7 @@ and the ``entmax`` package (memberships and soft means), repeated rows (integer 
 from __future__ import annotations
 
 import functools
+import math
 import re
 import warnings
 from typing import Any
@@ -833,6 +834,69 @@ def test_large_data_polish_and_swaps_on_a_subsample_end_at_a_lloyd_fixed_point_o
     assert seen[0] < X.shape[0]
 
 
+@pytest.mark.parametrize("seed", [0, 1, 5])
+def test_heavy_tails_the_search_sample_missed_are_searched_on_all_rows(
+        monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """Cauchy rows: a few rows weigh most of ``J`` and a search sample of 2,048 of 20,000 rows
+    misses them, so ``J`` of all the rows at the sample's fixed point is several times the
+    sample's, scaled. The run then goes back to its start and searches all the rows: at most
+    2% above ``KMeans(n_init=10)`` (the sample's fixed point alone ended 1.39x, 1.16x and 1.48x
+    it on these seeds)."""
+    monkeypatch.setattr(runs_mod, "SEARCH_MIN_ROWS", 1024)
+    X = np.random.default_rng(seed).standard_cauchy(size=(20_000, 2))
+    calls: list[bool] = []
+    real = runs_mod.sample_misjudges
+
+    def spy(*a: Any) -> bool:
+        calls.append(real(*a))
+        return calls[-1]
+
+    monkeypatch.setattr(runs_mod, "sample_misjudges", spy)
+    est = RBFKMeans(8, random_state=0).fit(X)
+    assert calls == [True]
+    reference = KMeans(8, n_init=10, random_state=0).fit(X).inertia_
+    assert est.inertia_ <= 1.02 * reference
+    d2 = ((X[:, None, :] - est.cluster_centers_[None]) ** 2).sum(-1)  # a Lloyd fixed point
+    np.testing.assert_array_equal(est.labels_, d2.argmin(1))
+    assert est.inertia_ == pytest.approx(d2.min(1).sum(), rel=1e-10)
+
+
+def test_a_sample_that_judges_J_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gaussian clusters: the search sample's ``J``, scaled, is within SAMPLE_TOLERANCE of all
+    rows' (the check does not fire), and the fit is the one without the check, bit for bit;
+    the check weighs the rows by their weights."""
+    monkeypatch.setattr(runs_mod, "SEARCH_MIN_ROWS", 1024)
+    X, _ = make_blobs(n_samples=20_000, centers=8, n_features=3, random_state=3)
+    w = np.random.default_rng(0).uniform(0.5, 2.0, size=X.shape[0])
+    calls: list[bool] = []
+    real = runs_mod.sample_misjudges
+
+    def spy(*a: Any) -> bool:
+        calls.append(real(*a))
+        return calls[-1]
+
+    monkeypatch.setattr(runs_mod, "sample_misjudges", spy)
+    fits = [RBFKMeans(8, random_state=0).fit(X, sample_weight=w)]
+    assert calls == [False]
+    monkeypatch.setattr(runs_mod, "SAMPLE_TOLERANCE", math.inf)
+    fits.append(RBFKMeans(8, random_state=0).fit(X, sample_weight=w))
+    np.testing.assert_array_equal(fits[0].cluster_centers_, fits[1].cluster_centers_)
+    assert fits[0].inertia_ == fits[1].inertia_
+
+
+def test_sample_misjudges_scales_by_the_weights() -> None:
+    from rbfkmeans.passes import Data
+
+    data = Data(torch.zeros(10, 2), torch.full((10,), 3.0))
+    sample = Data(torch.zeros(4, 2), torch.full((4,), 3.0))
+    # all rows weigh 30, the sample 12: J 25 of the sample is 62.5 of all the rows
+    assert not runs_mod.sample_misjudges(sample, data, 25.0, 62.5 * (1 + runs_mod.SAMPLE_TOLERANCE))
+    assert runs_mod.sample_misjudges(sample, data, 25.0, 62.5 * (1.01 + runs_mod.SAMPLE_TOLERANCE))
+    unweighted = Data(torch.zeros(10, 2))
+    assert runs_mod.sample_misjudges(Data(torch.zeros(5, 2)), unweighted, 1.0, 2.3)
+    assert not runs_mod.sample_misjudges(Data(torch.zeros(5, 2)), unweighted, 1.0, 2.1)
+
+
 def test_small_default_fit_keeps_the_better_of_both_ladders(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """At most SMALL_FIT_ENTRIES point-centroid pairs the default fit also runs the geometric
@@ -1291,6 +1355,8 @@ def test_no_hartigan_on_all_rows_after_an_unsettled_polish(monkeypatch: pytest.M
 
     monkeypatch.setattr(E, "SEARCH_MIN_ROWS", 200)
     monkeypatch.setattr(E, "SEARCH_ROWS_PER_CLUSTER", 16)
+    # 25 rows per cluster judge J 10% low (the sample's own fit): no search of all rows here
+    monkeypatch.setattr(E, "SAMPLE_TOLERANCE", math.inf)
     rows_seen: list[int] = []
     real = E.hartigan
 

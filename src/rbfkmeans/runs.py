@@ -23,8 +23,12 @@ A run from a seed ``s`` is
 On more than ``2 max(SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER k)`` rows the event-driven run
 polishes and searches on a random subsample of that size, then polishes once more on all rows
 (Lloyd, then, if it settled, Hartigan's moves worth at least ``HARTIGAN_MIN_GAIN`` of ``J``
-and Lloyd). With the estimator's ``fit_rows`` the run fits on a random sample of that many rows
-and then takes one Lloyd iteration on every row, labelling every row at the means it reaches.
+and Lloyd). Where ``J`` of all the rows after that Lloyd run exceeds the sample's, scaled to
+all of them, by more than ``SAMPLE_TOLERANCE`` (heavy tails: a few rows the sample missed
+weigh much of ``J``), the run goes back to its start (a restart draws a new one from all the
+rows) and polishes and searches on all the rows instead. With the estimator's ``fit_rows``
+the run fits on a random sample of that many rows and then takes one Lloyd iteration on every
+row, labelling every row at the means it reaches.
 :func:`run_schedules` gives the ladder of each run of a fit: a default fit of at most
 ``SMALL_FIT_ENTRIES`` point-centroid pairs runs both ladders, and the estimator keeps the lower
 ``J``; an event-driven fit with ``n_init > 1`` anneals once and makes the other runs ``RESTART``
@@ -67,8 +71,9 @@ if TYPE_CHECKING:
     from .estimator import RBFKMeans
 
 __all__ = ["HARTIGAN_MIN_GAIN", "HARTIGAN_PASSES", "HARTIGAN_ROUNDS", "LAST_LOOK", "RESTART",
-           "SEARCH_MIN_ROWS", "SEARCH_PASSES", "SEARCH_ROWS_PER_CLUSTER", "SEARCH_WORK",
-           "SMALL_FIT_ENTRIES", "fit_run", "run_schedules", "search_budget", "search_rows"]
+           "SAMPLE_TOLERANCE", "SEARCH_MIN_ROWS", "SEARCH_PASSES", "SEARCH_ROWS_PER_CLUSTER",
+           "SEARCH_WORK", "SMALL_FIT_ENTRIES", "fit_run", "run_schedules", "sample_misjudges",
+           "search_budget", "search_rows"]
 
 #: On large data the event-driven fit polishes and searches swaps on a subsample of
 #: ``max(SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER * k)`` rows first (used when the data has more
@@ -107,6 +112,13 @@ HARTIGAN_MIN_GAIN = 1e-6
 #: both ladders and keeps the better: the geometric one is the more thorough search on tiny
 #: data, and the two together still take a few tens of milliseconds there.
 SMALL_FIT_ENTRIES = 2048
+#: After the search on a subsample and the polish on all rows, a run searches all the rows as
+#: well where their ``J`` exceeds the sample's, scaled to all rows' weight, by more than this
+#: fraction (:func:`sample_misjudges`): the sample then missed rows that weigh much of ``J``.
+#: On 200,000 rows of a Cauchy distribution (k = 16) the sample's fixed point ended at 1.07x to
+#: 3.9x ``KMeans(n_init=10)``'s ``J`` on four seeds, the run from its start on all the rows at
+#: 0.97x to 1.01x; on MNIST (k = 10), E and blobs the two agree to within 0.4%.
+SAMPLE_TOLERANCE = 0.1
 #: The runs after the first of an event-driven fit with ``n_init > 1``, and every run of a fit
 #: with ``schedule="k-means++"``: no annealing, a greedy k-means++ start on the search rows, then
 #: the same polish, swap search and Hartigan rounds
@@ -162,6 +174,17 @@ def run_schedules(est: RBFKMeans, data: Data, n_total: int, n_init: int) -> list
     if n_init > 1 and not est._hard and event_driven(est, data):
         return [est.schedule] + [RESTART] * (n_init - 1)
     return [est.schedule] * n_init
+
+
+def sample_misjudges(sample: Data, data: Data, J_sample: float, J_all: float) -> bool:
+    """Whether ``J_all`` of all the rows ``data`` exceeds ``J_sample`` of the rows ``sample``
+    drawn from them, scaled by the ratio of their weights (every rank's rows), by more than
+    ``SAMPLE_TOLERANCE`` of it."""
+    def weight(rows: Data) -> float:
+        return float(rows.n) if rows.w is None else float(rows.w.double().sum())
+
+    w_sample, w_all = data.comm.sum_scalars(weight(sample), weight(data))
+    return J_all > (1.0 + SAMPLE_TOLERANCE) * J_sample * w_all / max(w_sample, 1e-300)
 
 
 def _hartigan_applies(est: RBFKMeans, data: Data) -> bool:
@@ -258,50 +281,63 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
         if bar is not None:
             bar.close()
         n_hard_iter += hard.n_iter
-    def search_swaps(start: LloydResult, again: bool = False) -> SwapResult:
+    def search_swaps(rows: Data, start: LloydResult, again: bool = False) -> SwapResult:
         return swap_search(
-            search, start, max_swaps=est.max_swaps, max_iter=est.max_iter, tol=abs_tol,
+            rows, start, max_swaps=est.max_swaps, max_iter=est.max_iter, tol=abs_tol,
             max_moves=1 if again else max(1, min(5, est.n_clusters // 4)),
             last_look=min(LAST_LOOK[1], max(LAST_LOOK[0], est.n_clusters // 2))
             if searched and not again else 0,
             generator=gen, max_trial_iter=search_budget(
-                n_total, sum(data.comm.counts(search.n)), est.n_clusters, data.d))
+                n_total, sum(data.comm.counts(rows.n)), est.n_clusters, data.d))
 
     def hartigan_passes(rows: int) -> int:  # on this rank's rows, of all ranks' rows
         n_rows = sum(data.comm.counts(rows))
         return min(HARTIGAN_PASSES, search_budget(n_total, n_rows, est.n_clusters, data.d))
 
     final: LloydResult | SwapResult = hard
-    if not hard_only and est.max_swaps > 0:
-        final = search_swaps(hard)
-        n_hard_iter += final.n_iter
-        n_swaps = final.n_swaps
     del hard, raced  # results hold bounds (kernels.KEPT_LOWER_BOUNDS): keep only final's
-    for _ in range(HARTIGAN_ROUNDS if _hartigan_applies(est, data) else 0):
-        # Hartigan's moves and the swap search in turn, each from the other's fixed point
-        if not holds_weight(search, final.labels, est.n_clusters):
+    while True:  # on the search rows, then (a sample that misjudged J) on all of them
+        if not hard_only and est.max_swaps > 0:
+            assert isinstance(final, LloydResult)
+            final = search_swaps(search, final)
+            n_hard_iter += final.n_iter
+            n_swaps += final.n_swaps
+        for _ in range(HARTIGAN_ROUNDS if _hartigan_applies(est, data) else 0):
+            # Hartigan's moves and the swap search in turn, each from the other's fixed point
+            if not holds_weight(search, final.labels, est.n_clusters):
+                break
+            moved = hartigan(search, final.labels, est.n_clusters,
+                             max_passes=hartigan_passes(search.n), start=_lloyd_of(final))
+            n_hard_iter += moved.n_passes
+            if not moved.n_moves:
+                break
+            final = lloyd(search, moved.C.to(search.X.dtype), max_iter=est.max_iter, tol=0.0,
+                          warm=_moved_from(final))
+            n_hard_iter += final.n_iter
+            if est.max_swaps == 0:
+                break
+            again = search_swaps(search, final, again=True)
+            n_hard_iter += again.n_iter
+            if not again.n_swaps:
+                break
+            final = again
+            n_swaps += again.n_swaps
+        if search is data:
             break
-        moved = hartigan(search, final.labels, est.n_clusters,
-                         max_passes=hartigan_passes(search.n), start=_lloyd_of(final))
-        n_hard_iter += moved.n_passes
-        if not moved.n_moves:
-            break
-        final = lloyd(search, moved.C.to(search.X.dtype), max_iter=est.max_iter, tol=0.0,
-                      warm=_moved_from(final))
-        n_hard_iter += final.n_iter
-        if est.max_swaps == 0:
-            break
-        again = search_swaps(final, again=True)
-        n_hard_iter += again.n_iter
-        if not again.n_swaps:
-            break
-        final = again
-        n_swaps += again.n_swaps
-    if search is not data:  # the result is a Lloyd fixed point of all the rows
+        on_search = final.inertia  # the result is a Lloyd fixed point of all the rows
         bar = _progress(show, est.max_iter, "hard polish (all rows)")
         final = lloyd(data, final.C, max_iter=est.max_iter, tol=0.0, callback=_lloyd_ticker(bar))
         if bar is not None:
             bar.close()
+        n_hard_iter += final.n_iter
+        if not (final.converged and sample_misjudges(search, data, on_search, final.inertia)):
+            break
+        # a few rows the sample missed weigh much of J (heavy tails): from the start again, on
+        # all the rows (a restart draws its start from all of them)
+        search = data
+        if restart:
+            C = initial_centers(data, est.n_clusters, "k-means++", generator=gen, seed=seed)
+        final = lloyd(data, C, max_iter=est.max_iter, tol=polish_tol)
         n_hard_iter += final.n_iter
     if search is not data and _hartigan_applies(est, data) and final.converged and \
             holds_weight(data, final.labels, est.n_clusters):  # and Hartigan's on all of them
