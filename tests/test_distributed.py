@@ -36,6 +36,7 @@ from rbfkmeans.distributed import (
     shard,
     shard_bounds,
 )
+from rbfkmeans.starts import ANNEAL_MIN_WIDTH
 
 pytestmark = pytest.mark.skipif(
     not torch.distributed.is_available(), reason="torch.distributed is not available"
@@ -44,10 +45,11 @@ pytestmark = pytest.mark.skipif(
 WORLD = 2
 N, K = 500, 6
 SPLIT = 230  # uneven shards: rank 0 holds X[:230], rank 1 X[230:]
-#: an annealing work limit between the two shards' own (230 and 270 rows x K x 3 features):
-#: each rank once decided from its own rows whether the annealing is abbreviated, so rank 1
-#: raced and rank 0 did not (a collective mismatch: gloo aborted both); the count is global now
-RACE_UNEVEN = 250 * K * 3
+#: an annealing work limit between the two shards' own (230 and 270 rows x K x the width
+#: counted, ANNEAL_MIN_WIDTH for these 3 features): each rank once decided from its own rows
+#: whether the annealing is abbreviated, so rank 1 raced and rank 0 did not (a collective
+#: mismatch: gloo aborted both); the count is global now
+RACE_UNEVEN = 250 * K * ANNEAL_MIN_WIDTH
 #: clusters whose race rows (32 per cluster) are all the rows
 RACE_K = 16
 

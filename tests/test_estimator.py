@@ -897,6 +897,26 @@ def test_sample_misjudges_scales_by_the_weights() -> None:
     assert not runs_mod.sample_misjudges(Data(torch.zeros(5, 2)), unweighted, 1.0, 2.1)
 
 
+def test_abbreviation_counts_at_least_ANNEAL_MIN_WIDTH_features(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below ANNEAL_MIN_WIDTH features a row-group pair of the annealing costs about what it
+    costs at that width, so the rule counts that many: 20,000 rows in the plane with k = 2,000
+    (80M products of 2 features) are abbreviated, as 20,000 x 32 rows are."""
+    from rbfkmeans import starts
+
+    X, _ = make_blobs(n_samples=60, centers=3, random_state=0)
+    est = RBFKMeans(3, random_state=0).fit(X)  # inside a fit as far as the rule checks
+    est.n_clusters = 2000
+    assert 20_000 * 2000 * 2 <= starts.ANNEAL_WORK < 20_000 * 2000 * starts.ANNEAL_MIN_WIDTH
+    assert starts.abbreviated(est, 20_000, 2)
+    assert starts.abbreviated(est, 20_000, 2) == starts.abbreviated(est, 20_000, 32)
+    est.n_clusters = 64  # the pixel sets of bench_fit: 4,096 annealed rows, far below
+    assert not starts.abbreviated(est, 20_000, 3)
+    monkeypatch.setattr(starts, "ANNEAL_MIN_WIDTH", 1)
+    est.n_clusters = 2000
+    assert not starts.abbreviated(est, 20_000, 2)
+
+
 def test_small_default_fit_keeps_the_better_of_both_ladders(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """At most SMALL_FIT_ENTRIES point-centroid pairs the default fit also runs the geometric
