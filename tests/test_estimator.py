@@ -839,9 +839,9 @@ def test_heavy_tails_the_search_sample_missed_are_searched_on_all_rows(
         monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
     """Cauchy rows: a few rows weigh most of ``J`` and a search sample of 2,048 of 20,000 rows
     misses them, so ``J`` of all the rows at the sample's fixed point is several times the
-    sample's, scaled. The run then goes back to its start and searches all the rows: at most
-    2% above ``KMeans(n_init=10)`` (the sample's fixed point alone ended 1.39x, 1.16x and 1.48x
-    it on these seeds)."""
+    sample's, scaled. The run then polishes its start and a k-means++ start on all the rows
+    and searches them from the lower: at most 2% above ``KMeans(n_init=10)`` (the sample's
+    fixed point alone ended 1.39x, 1.16x and 1.48x it on these seeds)."""
     monkeypatch.setattr(runs_mod, "SEARCH_MIN_ROWS", 1024)
     X = np.random.default_rng(seed).standard_cauchy(size=(20_000, 2))
     calls: list[bool] = []
