@@ -861,6 +861,32 @@ def test_heavy_tails_the_search_sample_missed_are_searched_on_all_rows(
     assert est.inertia_ == pytest.approx(d2.min(1).sum(), rel=1e-10)
 
 
+@pytest.mark.parametrize("seed", [0, 2, 4])
+def test_far_outliers_the_annealing_sample_missed_take_a_k_means_pp_rival(
+        monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """Six blobs of 20,000 rows with three rows 300 times farther out: the annealing's sample
+    (4,096 rows) misses them, so the search rows' ``J`` after the polish is several times the
+    sample's, scaled; a k-means++ start drawn from the search rows is polished as well and the
+    lower goes on. The fit ends at ``KMeans(n_init=10)``'s ``J`` (it ended 1.83x, 2.11x and
+    2.82x it on these seeds without the rival)."""
+    X, _ = make_blobs(n_samples=20_000, n_features=3, centers=6, random_state=seed)
+    X[:3] = np.random.default_rng(seed).normal(size=(3, 3)) * 300
+    fired: list[bool] = []
+    real = runs_mod.misjudged
+
+    def spy(*a: Any, **kw: Any) -> bool:
+        fired.append(real(*a, **kw))
+        return fired[-1]
+
+    monkeypatch.setattr(runs_mod, "misjudged", spy)
+    est = RBFKMeans(8, random_state=0).fit(X)
+    assert True in fired
+    reference = KMeans(8, n_init=10, random_state=0).fit(X).inertia_
+    assert est.inertia_ <= reference * (1 + 1e-6)
+    monkeypatch.setattr(runs_mod, "ANNEAL_SAMPLE_TOLERANCE", math.inf)
+    assert RBFKMeans(8, random_state=0).fit(X).inertia_ > 1.5 * reference
+
+
 def test_a_sample_that_judges_J_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """Gaussian clusters: the search sample's ``J``, scaled, is within SAMPLE_TOLERANCE of all
     rows' (the check does not fire), and the fit is the one without the check, bit for bit;
@@ -895,6 +921,10 @@ def test_sample_misjudges_scales_by_the_weights() -> None:
     unweighted = Data(torch.zeros(10, 2))
     assert runs_mod.sample_misjudges(Data(torch.zeros(5, 2)), unweighted, 1.0, 2.3)
     assert not runs_mod.sample_misjudges(Data(torch.zeros(5, 2)), unweighted, 1.0, 2.1)
+    # the annealing's sample is judged with its own tolerance: twice the scaled J here
+    assert not runs_mod.misjudged(1.0, 1.0, 2.0, 3.9, tolerance=1.0)
+    assert runs_mod.misjudged(1.0, 1.0, 2.0, 4.1, tolerance=1.0)
+    assert runs_mod.misjudged(1.0, 1.0, 2.0, 2.3)  # SAMPLE_TOLERANCE by default
 
 
 def test_abbreviation_counts_at_least_ANNEAL_MIN_WIDTH_features(

@@ -104,6 +104,9 @@ class AnnealResult:
     n_iter: int
     history: list[dict[str, object]] = field(default_factory=list)
     hard: bool = False
+    #: the weight of the random subsample of rows the last temperature was computed on (all
+    #: ranks' rows) and ``J`` of those rows at ``C``; None where all rows were annealed
+    sample: tuple[float, float] | None = None
 
 
 def anneal(

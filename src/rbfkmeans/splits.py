@@ -355,4 +355,8 @@ def anneal_splits(
             T = min(cooling * T, max(T_event, jump * T))
         else:
             T = cooling * T
-    return AnnealResult(C.repeat_interleave(m, dim=0), temps, total, history, hard)
+    sample = None
+    if temps and sub is not data:  # J of the subsample at C: judged by the caller on all rows
+        weight = float(sub.n) if sub.w is None else float(sub.w.double().sum())
+        sample = (data.comm.sum_scalars(weight)[0], float(st.inertia))
+    return AnnealResult(C.repeat_interleave(m, dim=0), temps, total, history, hard, sample)

@@ -163,6 +163,8 @@ def annealed(est: RBFKMeans, data: Data, C: Tensor | None, abs_tol: float, lam: 
             stop_gap=float(est.stop_gap), points_per_group=est.subsample,
             min_points=ANNEAL_MIN_ROWS, generator=gen, progress=tick, stop_at_singles=big,
         )
+        if space is not None or spherical:  # J of its sample is not J of the rows here
+            res.sample = None
         if space is not None:  # the centroids, and those of the history, in all features
             res.C = space.lift(res.C)
             for h in res.history:
