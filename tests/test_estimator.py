@@ -834,6 +834,19 @@ def test_large_data_polish_and_swaps_on_a_subsample_end_at_a_lloyd_fixed_point_o
     assert seen[0] < X.shape[0]
 
 
+def _verdicts(monkeypatch: pytest.MonkeyPatch, name: str) -> list[bool]:
+    """The answers ``rbfkmeans.runs.<name>`` (a sample check) gives from now on, in order."""
+    verdicts: list[bool] = []
+    real = getattr(runs_mod, name)
+
+    def spy(*a: Any, **kw: Any) -> bool:
+        verdicts.append(real(*a, **kw))
+        return verdicts[-1]
+
+    monkeypatch.setattr(runs_mod, name, spy)
+    return verdicts
+
+
 @pytest.mark.parametrize("seed", [0, 1, 5])
 def test_heavy_tails_the_search_sample_missed_are_searched_on_all_rows(
         monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
@@ -844,14 +857,7 @@ def test_heavy_tails_the_search_sample_missed_are_searched_on_all_rows(
     fixed point alone ended 1.39x, 1.16x and 1.48x it on these seeds)."""
     monkeypatch.setattr(runs_mod, "SEARCH_MIN_ROWS", 1024)
     X = np.random.default_rng(seed).standard_cauchy(size=(20_000, 2))
-    calls: list[bool] = []
-    real = runs_mod.sample_misjudges
-
-    def spy(*a: Any) -> bool:
-        calls.append(real(*a))
-        return calls[-1]
-
-    monkeypatch.setattr(runs_mod, "sample_misjudges", spy)
+    calls = _verdicts(monkeypatch, "sample_misjudges")
     est = RBFKMeans(8, random_state=0).fit(X)
     assert calls == [True]
     reference = KMeans(8, n_init=10, random_state=0).fit(X).inertia_
@@ -871,14 +877,7 @@ def test_far_outliers_the_annealing_sample_missed_take_a_k_means_pp_rival(
     2.82x it on these seeds without the rival)."""
     X, _ = make_blobs(n_samples=20_000, n_features=3, centers=6, random_state=seed)
     X[:3] = np.random.default_rng(seed).normal(size=(3, 3)) * 300
-    fired: list[bool] = []
-    real = runs_mod.misjudged
-
-    def spy(*a: Any, **kw: Any) -> bool:
-        fired.append(real(*a, **kw))
-        return fired[-1]
-
-    monkeypatch.setattr(runs_mod, "misjudged", spy)
+    fired = _verdicts(monkeypatch, "misjudged")
     est = RBFKMeans(8, random_state=0).fit(X)
     assert True in fired
     reference = KMeans(8, n_init=10, random_state=0).fit(X).inertia_
@@ -894,14 +893,7 @@ def test_a_sample_that_judges_J_changes_nothing(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(runs_mod, "SEARCH_MIN_ROWS", 1024)
     X, _ = make_blobs(n_samples=20_000, centers=8, n_features=3, random_state=3)
     w = np.random.default_rng(0).uniform(0.5, 2.0, size=X.shape[0])
-    calls: list[bool] = []
-    real = runs_mod.sample_misjudges
-
-    def spy(*a: Any) -> bool:
-        calls.append(real(*a))
-        return calls[-1]
-
-    monkeypatch.setattr(runs_mod, "sample_misjudges", spy)
+    calls = _verdicts(monkeypatch, "sample_misjudges")
     fits = [RBFKMeans(8, random_state=0).fit(X, sample_weight=w)]
     assert calls == [False]
     monkeypatch.setattr(runs_mod, "SAMPLE_TOLERANCE", math.inf)

@@ -189,11 +189,7 @@ def sample_misjudges(sample: Data, data: Data, J_sample: float, J_all: float) ->
     """Whether ``J_all`` of all the rows ``data`` exceeds ``J_sample`` of the rows ``sample``
     drawn from them, scaled by the ratio of their weights (every rank's rows), by more than
     ``SAMPLE_TOLERANCE`` of it."""
-    def weight(rows: Data) -> float:
-        return float(rows.n) if rows.w is None else float(rows.w.double().sum())
-
-    w_sample, w_all = data.comm.sum_scalars(weight(sample), weight(data))
-    return misjudged(w_sample, J_sample, w_all, J_all)
+    return misjudged(sample.total_weight(), J_sample, data.total_weight(), J_all)
 
 
 def misjudged(w_sample: float, J_sample: float, w_all: float, J_all: float,
@@ -301,10 +297,8 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
         if bar is not None:
             bar.close()
         n_hard_iter += hard.n_iter
-        w_search = search.comm.sum_scalars(
-            float(search.n) if search.w is None else float(search.w.double().sum()))[0]
-        if sample is not None and misjudged(sample[0], sample[1], w_search, hard.inertia,
-                                            tolerance=ANNEAL_SAMPLE_TOLERANCE):
+        if sample is not None and misjudged(sample[0], sample[1], search.total_weight(),
+                                            hard.inertia, tolerance=ANNEAL_SAMPLE_TOLERANCE):
             # the annealing's sample missed rows that weigh much of J (far outliers): a
             # k-means++ start drawn from the search rows is polished too, the lower goes on
             rival = lloyd(search, initial_centers(search, est.n_clusters, "k-means++",

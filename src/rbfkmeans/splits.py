@@ -357,6 +357,5 @@ def anneal_splits(
             T = cooling * T
     sample = None
     if temps and sub is not data:  # J of the subsample at C: judged by the caller on all rows
-        weight = float(sub.n) if sub.w is None else float(sub.w.double().sum())
-        sample = (data.comm.sum_scalars(weight)[0], float(st.inertia))
+        sample = (sub.total_weight(), float(st.inertia))
     return AnnealResult(C.repeat_interleave(m, dim=0), temps, total, history, hard, sample)
