@@ -418,6 +418,19 @@ def test_fewer_distinct_points_than_clusters(assignment: str, solver: str, case:
     assert np.isfinite(est.transform(X)).all()
 
 
+def test_the_warning_counts_clusters_whose_centres_differ_only_by_rounding_once() -> None:
+    """Five distinct rows a hundred times each, k = 8: centres that coincide in the fit's frame
+    leave it a few ulps apart, and the warning had said 6 distinct clusters; it counts the
+    clusters of positive weight, as scikit-learn counts labels, from the caller's line."""
+    X = np.repeat(np.random.default_rng(0).normal(size=(5, 3)), 100, axis=0)
+    with pytest.warns(ConvergenceWarning, match=r"distinct clusters \(5\) found smaller") as rec:
+        est = RBFKMeans(8, random_state=0).fit(X)
+    assert rec[0].filename == __file__
+    assert np.unique(est.labels_).size == 5
+    w = np.r_[np.zeros(100), np.ones(400)]  # one of the five weighs nothing
+    with pytest.warns(ConvergenceWarning, match=r"distinct clusters \(4\) found smaller"):
+        RBFKMeans(5, random_state=0).fit(X, sample_weight=w)
+
 # -- sample weights --------------------------------------------------------------------------
 
 
@@ -676,6 +689,30 @@ def test_read_only_input() -> None:
         est.partial_fit(X, sample_weight=sw)
     np.testing.assert_array_equal(X, X0)
 
+
+
+@pytest.mark.parametrize("metric", ["sqeuclidean", "cosine"])
+def test_views_with_negative_strides_are_read_as_their_copies(metric: str) -> None:
+    """``X[::-1]`` and ``numpy.flip`` are views torch cannot share: every method takes them as
+    it takes their contiguous copies, and leaves them as they were."""
+    Xf = np.flip(X0)  # rows and features reversed: strides (-16, -8)
+    init = np.flip(X0[:3], axis=0)
+    Xc, init_c = Xf.copy(), init.copy()
+    a = RBFKMeans(3, metric=metric, init=init, random_state=0).fit(Xf)
+    b = RBFKMeans(3, metric=metric, init=init_c, random_state=0).fit(Xc)
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    for method in ("predict", "predict_proba", "transform", "score"):
+        np.testing.assert_array_equal(getattr(a, method)(Xf), getattr(b, method)(Xc))
+    a.partial_fit(Xf)
+    b.partial_fit(Xc)
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    batches = RBFKMeans(3, metric=metric, random_state=0).fit_batches([Xf[:40], Xf[40:]])
+    assert np.isfinite(batches.cluster_centers_).all()
+    flipped = np.flip(a.cluster_centers_, axis=0)
+    np.testing.assert_array_equal(KMeansLayer(flipped, metric=metric).centroids.detach(),
+                                  KMeansLayer(flipped.copy(), metric=metric).centroids.detach())
+    np.testing.assert_array_equal(Xf, np.flip(X0))
+    np.testing.assert_array_equal(init, init_c)
 
 def test_float16_is_computed_in_float32() -> None:
     X16 = X0.astype(np.float16)

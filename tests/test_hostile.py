@@ -261,6 +261,23 @@ def test_float32_beyond_its_squares_fits_and_predicts() -> None:
         assert np.isfinite(est.transform(Xs)).all()
 
 
+def test_float32_whose_sum_overflows_fits_without_a_warning() -> None:
+    """Finite float32 rows near its largest value, of both signs: the finiteness check's sum
+    overflows and scikit-learn's second check, its own sum, warned "invalid value encountered
+    in reduce" (inf - inf)."""
+    X = _blobs(1, n=80)
+    X = X - X.mean(0)
+    Xs = (X / np.abs(X).max() * 3e38).astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert np.isnan(Xs.sum())
+    base = rk.RBFKMeans(4, random_state=0).fit(X.astype(np.float32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = rk.RBFKMeans(4, random_state=0).fit(Xs)
+        assert np.isfinite(est.predict_proba(Xs)).all()
+    assert adjusted_rand_score(base.labels_, est.labels_) == 1.0
+
+
 @pytest.mark.parametrize(("dtype", "e"), [(np.float64, -1050), (np.float32, -135),
                                           (np.float32, -145)])
 @pytest.mark.parametrize("params", [{}, {"assignment": "hard"}, {"schedule": "geometric"}])

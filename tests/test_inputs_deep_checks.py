@@ -32,7 +32,7 @@ from rbfkmeans.deep.augment import affine_images, check_image_shape, random_affi
 from rbfkmeans.deep.datasets import read_mnist_store
 from rbfkmeans.deep.graph import neighbor_average, principal_projection
 from rbfkmeans.deep.guard import collapse_guard
-from rbfkmeans.deep.inputs import input_scale
+from rbfkmeans.deep.inputs import as_rows, input_scale
 from rbfkmeans.deep.losses import batch_targets, fenchel_young_loss, target_sizes
 from rbfkmeans.deep.metrics import contingency
 from rbfkmeans.deep.models import cnn_encoder, input_width, mlp_autoencoder, output_width
@@ -333,6 +333,14 @@ def test_input_scale_names_non_finite_x(bad: float) -> None:
         input_scale(X)
     with pytest.raises(TypeError, match=r"X must be real"):
         input_scale(torch.ones(4, 3, dtype=torch.complex64))
+
+
+def test_as_rows_reads_a_view_with_negative_strides() -> None:
+    """``numpy.flip(X)`` had been refused as "X must be an array or tensor of numbers"."""
+    X = np.arange(12.0).reshape(4, 3)
+    got = as_rows(np.flip(X), torch.device("cpu"))
+    torch.testing.assert_close(got, torch.from_numpy(X[::-1, ::-1].copy()).float(),
+                               rtol=0, atol=0)
 
 
 def test_read_mnist_store_names_a_missing_or_foreign_path(tmp_path: Path) -> None:

@@ -7,9 +7,11 @@ and the value received. Nothing here modifies its input.
 from __future__ import annotations
 
 import math
+import warnings
 from numbers import Real
 from typing import Any
 
+import numpy as np
 import torch
 
 
@@ -73,6 +75,18 @@ def check_seeds(seeds: Any, name: str = "seeds") -> list[int]:
     if not values:
         raise ValueError(f"{name} must name at least one seed; got an empty list")
     return [check_positive_int(v, f"{name}[{i}]", minimum=0) for i, v in enumerate(values)]
+
+
+def tensor_of(a: Any) -> torch.Tensor:
+    """``torch.as_tensor(a)`` for an array the caller passed: its memory is shared where torch
+    can share it and only ever read (a read-only array, such as a memmap, without torch's
+    warning), and copied where torch cannot (a view with negative strides, such as ``X[::-1]``
+    or ``numpy.flip(X)``)."""
+    if isinstance(a, np.ndarray) and any(s < 0 for s in a.strides):
+        a = np.ascontiguousarray(a)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.as_tensor(a)
 
 
 def check_tensor(t: Any, name: str) -> torch.Tensor:

@@ -53,6 +53,7 @@ from ._parameters import (
     restored_on_failure,
     torch_dtype,
 )
+from ._validation import tensor_of
 from .assignments import get_assignment
 from .comm import Comm
 from .frame import Frame
@@ -346,11 +347,10 @@ class RBFKMeans(
         # NaN and inf: a finite torch sum, on every core, clears X (scikit-learn's own check is
         # a sum on one core, 14 ms of a 0.13 s fit of MNIST); else scikit-learn's message
         values = X.data if sp.issparse(X) else X
-        with warnings.catch_warnings():  # only read
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            finite = values.size == 0 or bool(torch.isfinite(torch.as_tensor(values).sum()))
-        if not finite:  # NaN/inf, or finite values whose sum overflows (no error then)
-            assert_all_finite(X, input_name="X", estimator_name=type(self).__name__)
+        finite = values.size == 0 or bool(torch.isfinite(tensor_of(values).sum()))
+        if not finite:  # NaN/inf, or finite values whose sum overflows (no error then, and
+            with np.errstate(over="ignore", invalid="ignore"):  # no warning of that sum)
+                assert_all_finite(X, input_name="X", estimator_name=type(self).__name__)
         if sp.issparse(X):  # rows as stored entries (rbfkmeans.sparse), never densified
             if get_metric(self.metric).spherical:  # (scipy sums duplicate entries in place:
                 # of a copy, never of the caller's matrix)
@@ -360,18 +360,14 @@ class RBFKMeans(
                     raise _zero_row_error(torch.from_numpy(zero), "X")
             return X
         if get_metric(self.metric).spherical:
-            with warnings.catch_warnings():  # only read
-                warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-                check_nonzero_rows(torch.as_tensor(X), "X")
+            check_nonzero_rows(tensor_of(X), "X")
         return X
 
     def _to_torch(self, X: np.ndarray) -> Tensor:
         dt = self._compute_dtype(X) if not hasattr(self, "_dtype_") else self._dtype_
         if sp.issparse(X):
             return SparseRows.from_scipy(X, dt, self._torch_device())  # type: ignore[return-value]
-        with warnings.catch_warnings():  # read-only arrays (memmaps) are only read, never written
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            return torch.as_tensor(X).to(device=self._torch_device(), dtype=dt)
+        return tensor_of(X).to(device=self._torch_device(), dtype=dt)
 
     def _weights(self, sample_weight: Any, X: np.ndarray, all_zero: bool = False
                  ) -> Tensor | None:
@@ -495,13 +491,15 @@ class RBFKMeans(
         elif folded is not None:  # every row takes the label of its distinct row
             best["labels"] = best["labels"][folded.inverse]
         self._frame_ = frame
-        self._set_fitted(best, X, warn=comm.rank == 0)
+        self._set_fitted(best, X)
         # MacQueen counts for a later partial_fit: the (weighted) size of each cluster
         counts = torch.as_tensor(np.bincount(
             self.labels_, weights=None if w is None else to_numpy(w).astype(np.float64),
             minlength=self.n_clusters).astype(np.float64))  # (k,)
         comm.sum_(counts)
         self._online_counts: np.ndarray | None = to_numpy(counts)
+        if comm.rank == 0:
+            self._warn_if_centres_coincide(stacklevel=4, sizes=self._online_counts)
         return self
 
     def _n_init(self, comm: Comm) -> int:
@@ -528,7 +526,7 @@ class RBFKMeans(
                  run: int, schedule: str, **frame_units: Any) -> dict[str, Any]:
         return fit_run(self, data, seed, abs_tol, lam, run, schedule, **frame_units)
 
-    def _set_fitted(self, best: dict[str, Any], X: np.ndarray, warn: bool = True) -> None:
+    def _set_fitted(self, best: dict[str, Any], X: np.ndarray) -> None:
         self.cluster_centers_ = to_numpy(best["C"]).astype(X.dtype, copy=False)
         self.labels_ = to_numpy(best["labels"]).astype(np.int64)
         self.inertia_ = float(best["inertia"])
@@ -538,13 +536,17 @@ class RBFKMeans(
         self.temperature_ = float(self.temperatures_[-1]) if self.temperatures_.size else 0.0
         self.history_ = best["history"]
         self._online_counts = None
-        if warn:
-            self._warn_if_centres_coincide(stacklevel=4)
 
-    def _warn_if_centres_coincide(self, stacklevel: int) -> None:
+    def _warn_if_centres_coincide(self, stacklevel: int,
+                                  sizes: np.ndarray | None = None) -> None:
         """scikit-learn's ``ConvergenceWarning`` where fewer distinct centres than
-        ``n_clusters`` were found (fewer distinct rows of positive weight than clusters)."""
+        ``n_clusters`` were found (fewer distinct rows of positive weight than clusters): the
+        clusters of positive weight ``sizes`` (k,) where the fit has them (as scikit-learn
+        counts labels: centres that coincide differ in their last bits once they leave the
+        fit's frame), else the distinct centres."""
         distinct = distinct_rows(self.cluster_centers_)
+        if sizes is not None:
+            distinct = min(distinct, int(np.count_nonzero(sizes)))
         if distinct < self.n_clusters:
             warnings.warn(
                 f"Number of distinct clusters ({distinct}) found smaller than "

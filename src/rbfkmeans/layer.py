@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._validation import check_matrix, check_temperature, check_tensor, compute_dtype
+from ._validation import check_matrix, check_temperature, check_tensor, compute_dtype, tensor_of
 from .assignments import check_assignment, get_assignment
 from .distances import membership_scores, sq_distances
 from .mappings import hardmax
@@ -83,7 +83,7 @@ class KMeansLayer(nn.Module):
             raise TypeError("centroids must be a tensor or an array (k, d); got "
                             f"{type(centroids).__name__}")
         try:
-            C = torch.as_tensor(centroids).detach().clone()
+            C = tensor_of(centroids).detach().clone()
         except (TypeError, ValueError, RuntimeError) as exc:
             raise TypeError(f"centroids must be a tensor or an array (k, d) of numbers; got "
                             f"{type(centroids).__name__} ({exc})") from None

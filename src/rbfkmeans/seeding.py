@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._validation import check_positive_int
+from ._validation import check_positive_int, tensor_of
 from .comm import Comm
 from .distances import row_norms_sq
 from .passes import Data, check_data, nearest
@@ -202,6 +202,6 @@ def initial_centers(
         )
     if not np.issubdtype(C0.dtype, np.number) or not np.isfinite(C0).all():
         raise ValueError("init array must be finite numbers; got NaN, inf or non-numbers")
-    C = torch.as_tensor(C0).to(device=data.X.device, dtype=data.X.dtype).clone()
+    C = tensor_of(C0).to(device=data.X.device, dtype=data.X.dtype).clone()
     data.comm.broadcast_(C, src=0)
     return data.project(C, name="init")

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._validation import check_finite, check_tensor
+from .._validation import check_finite, check_tensor, tensor_of
 from .augment import check_image_shape
 
 __all__ = ["OFFSET_RATIO", "SPREAD_RANGE", "as_rows", "input_scale", "warn_if_unscaled"]
@@ -54,7 +54,7 @@ def as_rows(X: Any, device: torch.device, image_shape: Any = None) -> Tensor:
         Xt = X.detach()
     else:
         try:
-            Xt = torch.as_tensor(np.asarray(X))
+            Xt = tensor_of(np.asarray(X))
         except (TypeError, ValueError) as exc:
             raise TypeError(
                 f"X must be an array or tensor of numbers; got {type(X).__name__}"
