@@ -27,6 +27,7 @@ from .layer import KMeansLayer
 from .mappings import hardmax
 from .metrics import cosine_similarity, get_metric, normalize_rows
 from .passes import cluster_stats, nearest_labels
+from .residuals import settled_inertia
 from .sparse import SparseRows, is_sparse
 
 __all__ = ["InferenceMixin", "check_reach", "to_numpy"]
@@ -155,8 +156,10 @@ class InferenceMixin:
         X = self._check_X(X, reset=False)
         w = self._weights(sample_weight, X)
         Xf, C = self._framed(X, float(X.shape[0]) if w is None else float(w.sum()))
-        st = cluster_stats(self._data(Xf, w), C, 0.0, "hard")
-        return -self._fit_frame.sq_from(st.inertia)
+        data = self._data(Xf, w)
+        st = cluster_stats(data, C, 0.0, "hard", return_labels=True)
+        assert st.labels is not None
+        return -self._fit_frame.sq_from(settled_inertia(data, C, st.labels, st.inertia))
 
     @property
     def _n_features_out(self: Any) -> int:

@@ -36,6 +36,7 @@ from .frame import Frame
 from .inference import check_reach, to_numpy
 from .metrics import get_metric
 from .passes import cluster_stats
+from .residuals import settled_inertia
 from .seeding import initial_centers
 from .sparse import dense, is_sparse
 from .streaming import MiniBatchKMeans, agree_on_batch, array_batches, batch_data, macqueen_updates
@@ -118,10 +119,11 @@ class OnlineFitMixin:
         self._online_counts = to_numpy(counts)
         self.n_iter_ += 1
         self.n_swaps_ = getattr(self, "n_swaps_", 0)
-        st = cluster_stats(data, frame.enter(self._centers_t()), 0.0, "hard", return_labels=True)
+        C_framed = frame.enter(self._centers_t())
+        st = cluster_stats(data, C_framed, 0.0, "hard", return_labels=True)
         assert st.labels is not None
         self.labels_ = to_numpy(st.labels).astype(np.int64)
-        self.inertia_ = frame.sq_from(st.inertia)
+        self.inertia_ = frame.sq_from(settled_inertia(data, C_framed, st.labels, st.inertia))
         return self
 
     def fit_batches(

@@ -52,7 +52,8 @@ from .distances import chunk_rows, cross_term, iter_chunks, row_min, row_norms_s
 from .metrics import Metric, get_metric, unit_rows
 from .sparse import SparseRows
 
-__all__ = ["Data", "Nearest", "Stats", "check_data", "cluster_stats", "nearest", "nearest_labels"]
+__all__ = ["Data", "Nearest", "Stats", "check_data", "check_labels", "cluster_stats", "nearest",
+           "nearest_labels"]
 
 
 class Data:
@@ -238,6 +239,21 @@ def _scores(Xc: Tensor, C: Tensor, C_sq: Tensor, T: float) -> Tensor:
 def _wsum(v: Tensor, w: Tensor | None) -> Tensor:
     """``sum_i w_i v_i`` in float64."""
     return v.sum(dtype=torch.float64) if w is None else v.double() @ w.double()
+
+
+def check_labels(data: Data, labels: Any, k: int) -> Tensor:
+    """Raise unless ``labels`` is an int64 tensor (n,) of this rank's rows with values in
+    ``[0, k)``; returns it."""
+    check_data(data)
+    k = check_positive_int(k, "k")
+    if not isinstance(labels, Tensor) or labels.shape != (data.n,) or labels.dtype != torch.long:
+        raise ValueError(f"labels must be an int64 tensor of shape ({data.n},); got "
+                         f"{getattr(labels, 'dtype', type(labels).__name__)} "
+                         f"{tuple(getattr(labels, 'shape', ()))}")
+    if data.n and (int(labels.min()) < 0 or int(labels.max()) >= k):
+        raise ValueError(f"labels must lie in [0, {k}); got values in "
+                         f"[{int(labels.min())}, {int(labels.max())}]")
+    return labels
 
 
 #: A soft pass runs in the compiled group kernel (:func:`rbfkmeans.kernels.group_pass`: the

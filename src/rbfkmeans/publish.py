@@ -6,8 +6,9 @@ span (:mod:`rbfkmeans.rowspace`). The published centroids are taken back,
 ``c = 2^-e c' + mu`` and ``c = mu + c_Z Q^T``, rounded to the data's dtype, and the labels and
 ``J = sum_i w_i min_j ||x_i - c_j||^2`` come from one more pass at *those* centroids, computed
 as :meth:`~rbfkmeans.RBFKMeans.predict` computes, so that ``labels_`` and ``predict`` agree also
-where rounding decides a tie. The annealing history's centroids and temperatures are taken
-back alike.
+where rounding decides a tie (``J`` from the residuals where the pass's expanded distances would
+leave it mostly rounding: :mod:`rbfkmeans.residuals`). The annealing history's centroids and
+temperatures are taken back alike.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from .frame import Frame
 from .inference import to_numpy
 from .passes import Data, cluster_stats
+from .residuals import settled_inertia
 from .rowspace import RowSpace
 
 __all__ = ["distinct_rows", "leave_frame", "leave_row_space"]
@@ -31,13 +33,17 @@ def leave_frame(best: dict[str, Any], frame: Frame, data: Data,
     ``history``), fitted on ``data`` in ``frame``, in the data's coordinates and ``dtype``
     (module docstring); ``best`` itself in the identity frame."""
     if frame.identity:
-        return best
+        return dict(best, inertia=settled_inertia(data, best["C"], best["labels"],
+                                                  best["inertia"]))
     C = torch.as_tensor(to_numpy(frame.leave(best["C"])).astype(dtype, copy=False))
-    st = cluster_stats(data, frame.enter(C.to(data.X.dtype)), 0.0, "hard", return_labels=True)
+    C_framed = frame.enter(C.to(data.X.dtype))
+    st = cluster_stats(data, C_framed, 0.0, "hard", return_labels=True)
+    assert st.labels is not None
     history = [dict(h, T=frame.sq_from(h["T"]), centers=frame.leave_numpy(h["centers"]),
                     objective=frame.sq_from(h["objective"]),
                     inertia=frame.sq_from(h["inertia"])) for h in best["history"]]
-    return dict(best, C=C, labels=st.labels, inertia=frame.sq_from(st.inertia),
+    inertia = settled_inertia(data, C_framed, st.labels, st.inertia)
+    return dict(best, C=C, labels=st.labels, inertia=frame.sq_from(inertia),
                 temperatures=[frame.sq_from(T) for T in best["temperatures"]],
                 history=history)
 
@@ -49,11 +55,13 @@ def leave_row_space(best: dict[str, Any], space: RowSpace, data: Data, frame: Fr
     every row of ``data`` (the rows as given, entered in ``frame``: the frame inference
     computes in) from one pass at them."""
     C = torch.as_tensor(to_numpy(space.leave(best["C"])).astype(dtype, copy=False))
-    st = cluster_stats(data, frame.enter(C.to(data.X)), 0.0, "hard", return_labels=True)
+    C_framed = frame.enter(C.to(data.X))
+    st = cluster_stats(data, C_framed, 0.0, "hard", return_labels=True)
+    assert st.labels is not None
     history = [dict(h, centers=to_numpy(space.leave(torch.as_tensor(h["centers"]))).astype(
         dtype, copy=False)) for h in best["history"]]
-    return dict(best, C=C, labels=st.labels, inertia=frame.sq_from(st.inertia),
-                history=history)
+    inertia = settled_inertia(data, C_framed, st.labels, st.inertia)
+    return dict(best, C=C, labels=st.labels, inertia=frame.sq_from(inertia), history=history)
 
 
 def distinct_rows(C: np.ndarray) -> int:

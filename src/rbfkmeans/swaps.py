@@ -26,7 +26,7 @@ from torch import Tensor
 from . import kernels
 from ._validation import check_nonnegative, check_positive_int
 from .lloyd import LloydResult, lloyd
-from .passes import Data, check_data, nearest
+from .passes import Data, check_data, check_labels, nearest
 from .sparse import is_sparse
 
 __all__ = ["SwapResult", "swap_costs", "swap_search"]
@@ -53,17 +53,6 @@ class SwapResult:
     #: the Lloyd result it returns (with its bounds, for a run that starts next to it:
     #: ``lloyd(warm=(fixed_point, rows))``)
     fixed_point: LloydResult | None = field(default=None, repr=False)
-
-
-def _check_labels(data: Data, labels: Tensor, k: int) -> Tensor:
-    if not isinstance(labels, Tensor) or labels.shape != (data.n,) or labels.dtype != torch.long:
-        raise ValueError(f"labels must be an int64 tensor of shape ({data.n},); got "
-                         f"{getattr(labels, 'dtype', type(labels).__name__)} "
-                         f"{tuple(getattr(labels, 'shape', ()))}")
-    if data.n and (int(labels.min()) < 0 or int(labels.max()) >= k):
-        raise ValueError(f"labels must lie in [0, {k}); got values in "
-                         f"[{int(labels.min())}, {int(labels.max())}]")
-    return labels
 
 
 def _removal_costs(data: Data, C: Tensor, labels: Tensor) -> Tensor:
@@ -265,7 +254,7 @@ def swap_costs(
     """
     C = check_data(data).check_centroids(C)
     k, d = C.shape
-    labels = _check_labels(data, labels, k)
+    labels = check_labels(data, labels, k)
     power_iter = check_positive_int(power_iter, "power_iter")
     comm, dev = data.comm, data.X.device
     fused = kernels.usable(data.X, k, gains=k)  # few features on the CPU: two fused sweeps
