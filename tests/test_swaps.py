@@ -205,6 +205,18 @@ def test_far_rows_are_isolated_as_scikit_learn_does(n_far: int, seed: int) -> No
     assert est.inertia_ <= KMeans(8, n_init=10, random_state=0).fit(X).inertia_ * (1 + 1e-4)
 
 
+@pytest.mark.parametrize("seed", [3, 5])
+def test_the_last_look_reaches_swaps_beyond_the_slack(seed: int) -> None:
+    """Six blobs with 1% of rows scattered uniformly over a wide box, k = 6: removing any
+    centroid strands far rows, so every swap was predicted above the rounds' slack and the fit
+    ended 1.017x / 1.127x KMeans(n_init=10)'s J on these draws; the last look tries swaps
+    predicted up to LOOK_SLACK of J."""
+    X, _ = make_blobs(10_000, n_features=2, centers=6, random_state=2)
+    X = np.vstack([X, np.random.default_rng(seed).uniform(-60, 60, (100, 2))])
+    est = RBFKMeans(6, random_state=0).fit(X)
+    assert est.inertia_ <= KMeans(6, n_init=10, random_state=0).fit(X).inertia_ * (1 + 1e-4)
+
+
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), k=st.integers(2, 5), weighted=st.booleans())
 def test_swap_search_never_raises_j_and_ends_at_a_fixed_point(seed: int, k: int,
