@@ -162,6 +162,20 @@ def _swap_data() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return X, np.linspace(0.5, 2.0, N), C0
 
 
+def _far_row_data() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Three wide blobs and one row far out in rank 1's shard (the axis cut of its cluster
+    runs through the blob); the clusters' means and nearest labels."""
+    rng = np.random.default_rng(1)
+    y = np.repeat(np.arange(3), N // 3 + 1)[:N]
+    C = np.array([[-60.0, 0.0], [0.0, 0.0], [60.0, 0.0]])
+    X = C[y] + rng.normal(size=(N, 2)) * 8.0
+    w = np.linspace(0.5, 2.0, N)
+    X[N - 3] = (400.0, 300.0)
+    labels = np.argmin(((X[:, None] - C[None]) ** 2).sum(2), axis=1)
+    C = np.stack([np.average(X[labels == j], axis=0, weights=w[labels == j]) for j in range(3)])
+    return X, w, C, np.argmin(((X[:, None] - C[None]) ** 2).sum(2), axis=1)
+
+
 def _batches(X: np.ndarray, size: int = 50) -> list[np.ndarray]:
     return [X[i : i + size] for i in range(0, X.shape[0], size)]
 
@@ -358,6 +372,19 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
                 "n_trials": res.n_trials, "n_iter": res.n_iter,
                 "labels": gather_rows(res.labels).numpy()}
 
+    def far_row() -> Any:  # the farthest row of a cluster from the rank that holds it
+        from rbfkmeans.comm import Comm
+        from rbfkmeans.passes import Data
+        from rbfkmeans.swaps import swap_costs
+
+        Xs, ws, C, labels = _far_row_data()
+        data = Data(torch.as_tensor(_part(Xs, rank)), torch.as_tensor(_part(ws, rank)),
+                    comm=Comm.auto())
+        removal, gain, halves = swap_costs(data, torch.as_tensor(C),
+                                           torch.as_tensor(_part(labels, rank)),
+                                           generator=torch.Generator().manual_seed(0))
+        return {"removal": removal.numpy(), "gain": gain.numpy(), "halves": halves.numpy()}
+
     def bounded_lloyd(k: int) -> Any:  # per-rank bounds (and, k >= 64, the movers), sums
         from rbfkmeans.comm import Comm  # reduced every call
         from rbfkmeans.lloyd import lloyd
@@ -412,7 +439,7 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
 
     out.update({f"split: {name}": lambda name=name: split(name) for name in SPLITS})
     out.update(hartigan_wide=hartigan_wide, bounded=lambda: bounded_lloyd(K),
-               movers=lambda: bounded_lloyd(70), swaps=swaps,
+               movers=lambda: bounded_lloyd(70), swaps=swaps, far_row=far_row,
                race=lambda: race(0), race_uneven=lambda: race(RACE_UNEVEN),
                race_some_weightless=race_some_weightless,
                memmap_shard=memmap_shard, seed_none=seed_none,
@@ -582,6 +609,26 @@ def test_swap_search_equals_single_process(ranks: list[dict[str, Any]]) -> None:
         assert (got["n_swaps"], got["n_trials"], got["n_iter"]) == \
             (ref.n_swaps, ref.n_trials, ref.n_iter)
         np.testing.assert_array_equal(got["labels"], ref.labels.numpy())
+
+
+def test_a_far_row_on_one_rank_is_the_split_of_one_process(ranks: list[dict[str, Any]]) -> None:
+    """The farthest row of a cluster lies in rank 1's shard: both ranks take it (gathered) as
+    that cluster's split, as one process does."""
+    from rbfkmeans.passes import Data
+    from rbfkmeans.swaps import swap_costs
+
+    X, w, C, labels = _far_row_data()
+    removal, gain, halves = swap_costs(Data(torch.as_tensor(X), torch.as_tensor(w)),
+                                       torch.as_tensor(C), torch.as_tensor(labels),
+                                       generator=torch.Generator().manual_seed(0))
+    j = int(labels[N - 3])
+    np.testing.assert_array_equal(halves[j, 0].numpy(), X[N - 3])  # the far row's split
+    for res in ranks:
+        got = res["far_row"]
+        assert not isinstance(got, tuple), got
+        np.testing.assert_allclose(got["removal"], removal.numpy(), rtol=1e-9)
+        np.testing.assert_allclose(got["gain"], gain.numpy(), rtol=1e-9)
+        np.testing.assert_allclose(got["halves"][j], halves[j].numpy(), rtol=1e-9)
 
 
 def test_hartigan_on_wide_data_equals_single_process(ranks: list[dict[str, Any]]) -> None:
