@@ -374,8 +374,8 @@ def _scenarios(rank: int, data_dir: str) -> dict[str, Callable[[], Any]]:
 
     def far_row() -> Any:  # the farthest row of a cluster from the rank that holds it
         from rbfkmeans.comm import Comm
+        from rbfkmeans.costs import swap_costs
         from rbfkmeans.passes import Data
-        from rbfkmeans.swaps import swap_costs
 
         Xs, ws, C, labels = _far_row_data()
         data = Data(torch.as_tensor(_part(Xs, rank)), torch.as_tensor(_part(ws, rank)),
@@ -614,8 +614,8 @@ def test_swap_search_equals_single_process(ranks: list[dict[str, Any]]) -> None:
 def test_a_far_row_on_one_rank_is_the_split_of_one_process(ranks: list[dict[str, Any]]) -> None:
     """The farthest row of a cluster lies in rank 1's shard: both ranks take it (gathered) as
     that cluster's split, as one process does."""
+    from rbfkmeans.costs import swap_costs
     from rbfkmeans.passes import Data
-    from rbfkmeans.swaps import swap_costs
 
     X, w, C, labels = _far_row_data()
     removal, gain, halves = swap_costs(Data(torch.as_tensor(X), torch.as_tensor(w)),

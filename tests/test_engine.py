@@ -21,13 +21,14 @@ from scipy.special import xlogy
 from rbfkmeans import assignments as A
 from rbfkmeans.annealing import SoftLloydStep, anneal, rebalance_duplicates, soft_lloyd
 from rbfkmeans.comm import Comm
+from rbfkmeans.costs import swap_costs
 from rbfkmeans.lloyd import lloyd
 from rbfkmeans.passes import Data, cluster_stats, nearest
 from rbfkmeans.relocation import farthest_points, relocate_empty
 from rbfkmeans.schedules import critical_temperature_factor
 from rbfkmeans.seeding import initial_centers, kmeans_plusplus
 from rbfkmeans.streaming import macqueen_updates, minibatch_step
-from rbfkmeans.swaps import swap_costs, swap_search
+from rbfkmeans.swaps import swap_search
 
 entmax = pytest.importorskip("entmax")
 

@@ -26,8 +26,8 @@ from sklearn.datasets import make_blobs
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 
+import rbfkmeans.costs as costs_mod
 import rbfkmeans.runs as runs_mod
-import rbfkmeans.swaps as swaps_mod
 from rbfkmeans import KMeansLayer, RBFKMeans
 from rbfkmeans._parameters import PARAMETERS as _PARAMETERS
 from rbfkmeans.gradient import gradient_step
@@ -913,7 +913,7 @@ def test_far_outliers_the_annealing_sample_missed_take_a_k_means_pp_rival(
     sample's, scaled; a k-means++ start drawn from the search rows is polished as well and the
     lower goes on. The fit ends at ``KMeans(n_init=10)``'s ``J`` (it ended 1.83x, 2.11x and
     2.82x it on these seeds without the rival). The swap search's split that isolates a far row
-    (``swaps.FAR_ROW_MARGIN``) reaches it as well without the rival, and only the two together
+    (``costs.FAR_MARGIN``) reaches it as well without the rival, and only the two together
     switched off leave the fit there."""
     X, _ = make_blobs(n_samples=20_000, n_features=3, centers=6, random_state=seed)
     X[:3] = np.random.default_rng(seed).normal(size=(3, 3)) * 300
@@ -924,7 +924,7 @@ def test_far_outliers_the_annealing_sample_missed_take_a_k_means_pp_rival(
     assert est.inertia_ <= reference * (1 + 1e-6)
     monkeypatch.setattr(runs_mod, "ANNEAL_SAMPLE_TOLERANCE", math.inf)
     assert RBFKMeans(8, random_state=0).fit(X).inertia_ <= reference * (1 + 1e-6)
-    monkeypatch.setattr(swaps_mod, "FAR_ROW_MARGIN", math.inf)
+    monkeypatch.setattr(costs_mod, "FAR_MARGIN", math.inf)
     assert RBFKMeans(8, random_state=0).fit(X).inertia_ > 1.5 * reference
 
 

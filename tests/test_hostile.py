@@ -89,6 +89,7 @@ ACCEPTED = {("kernels.usable", "X"), ("inference.to_numpy", "t"),
 FUNCTIONS = [
     "annealing.anneal", "annealing.rebalance_duplicates", "annealing.soft_lloyd",
     "assignments.check_assignment", "assignments.get_assignment", "assignments.get_mapping",
+    "costs.removal_costs", "costs.swap_costs",
     "distances.row_min", "distances.shifted_scores", "distances.sq_distances",
     "distances.membership_scores", "frame.scale_by_power_of_two", "gradient.gradient_step",
     "inference.to_numpy", "kernels.usable", "lloyd.lloyd", "mappings.entmax15",
@@ -109,8 +110,7 @@ FUNCTIONS = [
     "schedules.sphere_eigmax", "seeding.initial_centers", "seeding.kmeans_plusplus",
     "seeding.weighted_mean", "splits.anneal_splits", "spread.covariance_eigmax",
     "spread.covariance_spread", "spread.sphere_spread",
-    "streaming.macqueen_updates", "streaming.minibatch_step", "swaps.swap_costs",
-    "swaps.swap_search",
+    "streaming.macqueen_updates", "streaming.minibatch_step", "swaps.swap_search",
 ]
 
 

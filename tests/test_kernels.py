@@ -20,13 +20,14 @@ import torch
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
+import rbfkmeans.costs as costs_module
 from rbfkmeans import RBFKMeans, _hartigan_loops, _lloyd_loops, _loops, _row_loops, kernels, splits
 from rbfkmeans import lloyd as lloyd_module
 from rbfkmeans.assignments import get_assignment
+from rbfkmeans.costs import _halves, _scatter_times, removal_costs, swap_costs
 from rbfkmeans.groups import GroupStats, _kernel_sums_wide, _torch_sums, group_stats
 from rbfkmeans.lloyd import lloyd
 from rbfkmeans.passes import Data, cluster_stats, nearest, nearest_labels
-from rbfkmeans.swaps import _halves, _removal_costs, _scatter_times, swap_costs
 
 SOFT = ["softmax", "entmax15", "sparsemax"]
 
@@ -282,10 +283,40 @@ def test_swap_costs_equal_the_torch_passes(weighted: bool,
     torch.testing.assert_close(total, ref_total, rtol=1e-11, atol=1e-9)
     fused = swap_costs(data, C, labels, generator=torch.Generator().manual_seed(1))
     _torch_path(monkeypatch)
-    torch.testing.assert_close(removal, _removal_costs(data, C, labels), rtol=1e-11, atol=1e-9)
+    torch.testing.assert_close(removal, removal_costs(data, C, labels), rtol=1e-11, atol=1e-9)
     plain = swap_costs(data, C, labels, generator=torch.Generator().manual_seed(1))
     for a, b in zip(fused, plain, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_far_rows_and_cells_equal_the_torch_passes(weighted: bool, dtype: torch.dtype,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled far-row and cell sweeps give the torch passes' rows, gains, distances and
+    sums (float32 rows: the torch pass subtracts in float32, the kernel in float64)."""
+    X, w = _points(5, 3000, 3, dtype=dtype, weighted=weighted)
+    X[:40] += 30.0  # a small group far out in some cluster
+    X[77] = -60.0  # and one row
+    data = Data(X, w)
+    C = X[100:108].clone()
+    labels = cluster_stats(data, C, 0.0, "hard", return_labels=True).labels
+    assert labels is not None
+    size = torch.zeros(8, dtype=torch.float64).index_add_(
+        0, labels, torch.ones(3000, dtype=torch.float64) if w is None else w.double())
+    gains, rows, weights, dist = costs_module._farthest_rows(data, C, labels, size)
+    count, total = costs_module._far_cells(data, C, labels, rows, dist)
+    assert (count > 1).sum() >= 2  # cells of more than one row
+    _torch_path(monkeypatch)
+    ref = costs_module._farthest_rows(data, C, labels, size)
+    tol = {"rtol": 1e-12, "atol": 0.0} if dtype == torch.float64 else {"rtol": 1e-6, "atol": 1e-6}
+    torch.testing.assert_close(gains, ref[0], **tol)
+    torch.testing.assert_close(rows, ref[1], rtol=0, atol=0)
+    torch.testing.assert_close(weights, ref[2], rtol=0, atol=0)
+    torch.testing.assert_close(dist, ref[3], **tol)
+    ref_count, ref_total = costs_module._far_cells(data, C, labels, ref[1], ref[3])
+    torch.testing.assert_close(count, ref_count, rtol=1e-12, atol=0.0)
+    torch.testing.assert_close(total, ref_total, rtol=1e-11, atol=1e-9)
 
 
 def test_sums_do_not_depend_on_the_number_of_threads() -> None:

@@ -14,12 +14,11 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
-import rbfkmeans.swaps as swaps_module
 from rbfkmeans import RBFKMeans
+from rbfkmeans.costs import swap_costs
 from rbfkmeans.lloyd import LloydResult, lloyd
 from rbfkmeans.passes import Data
-from rbfkmeans.sparse import SparseRows
-from rbfkmeans.swaps import swap_costs, swap_search
+from rbfkmeans.swaps import swap_search
 
 
 def inertia(X: np.ndarray, C: np.ndarray, w: np.ndarray | None = None) -> float:
@@ -78,120 +77,6 @@ def test_swap_search_keeps_an_optimum() -> None:
     assert out.n_trials == 0
     assert out.inertia == start.inertia
     assert torch.equal(out.C, start.C)
-
-
-def brute_removal(X: np.ndarray, C: np.ndarray, w: np.ndarray) -> np.ndarray:
-    return np.array([inertia(X, np.delete(C, a, 0), w) - inertia(X, C, w)
-                     for a in range(len(C))])
-
-
-@pytest.mark.parametrize("chunk_size", [None, 7])
-def test_swap_costs_against_brute_force(chunk_size: int | None) -> None:
-    rng = np.random.default_rng(4)
-    # three elongated clusters: a clear principal axis each, so the power iteration settles
-    centres = np.array([[0.0, 0.0, 0.0], [15.0, 0.0, 0.0], [0.0, 15.0, 0.0]])
-    y = np.repeat(np.arange(3), 40)
-    X = centres[y] + rng.normal(size=(120, 3)) * np.array([3.0, 0.5, 0.2])
-    w = rng.uniform(0.5, 2.0, size=120)
-    Xt, wt = torch.as_tensor(X), torch.as_tensor(w)
-    start = lloyd(Data(Xt, wt), torch.as_tensor(centres))
-    C, labels = start.C.numpy(), start.labels.numpy()
-    removal, gain, halves = swap_costs(Data(Xt, wt, chunk_size=chunk_size), start.C,
-                                       start.labels, generator=torch.Generator().manual_seed(1))
-    np.testing.assert_allclose(removal.numpy(), brute_removal(X, C, w), rtol=1e-10)
-    for j in range(3):
-        Xj, wj = X[labels == j], w[labels == j]
-        Y = Xj - C[j]
-        _, vecs = np.linalg.eigh((Y * wj[:, None]).T @ Y)
-        side = Y @ vecs[:, -1] > 0
-        parts = [Xj[side == s] for s in (False, True)]
-        pw = [wj[side == s] for s in (False, True)]
-        m = [np.average(p, axis=0, weights=q) for p, q in zip(parts, pw, strict=True)]
-        ss = [((p - mm) ** 2).sum(1) @ q for p, mm, q in zip(parts, m, pw, strict=True)]
-        total = ((Xj - np.average(Xj, axis=0, weights=wj)) ** 2).sum(1) @ wj
-        assert gain[j].item() == pytest.approx(total - ss[0] - ss[1], rel=1e-8)
-        # the halves are those means (in either order: the axis sign is arbitrary)
-        got = halves[j].numpy()
-        assert (np.allclose(got, m, atol=1e-10) or np.allclose(got[::-1], m, atol=1e-10))
-
-
-def test_swap_costs_of_a_single_point_cluster() -> None:
-    X = torch.tensor([[0.0, 0.0], [0.0, 1.0], [5.0, 5.0]], dtype=torch.float64)
-    start = lloyd(Data(X), torch.tensor([[0.0, 0.5], [5.0, 5.0]], dtype=torch.float64))
-    removal, gain, halves = swap_costs(Data(X), start.C, start.labels)
-    assert gain[1].item() == 0.0  # one point: nothing to split
-    assert gain[0].item() == pytest.approx(0.5)  # two points 1 apart: 2 * 0.25 -> 0
-    assert torch.isfinite(halves).all()
-    assert removal[1].item() == pytest.approx(25.0 + 20.25 - 0.0)
-
-
-def _brute_farthest(X: np.ndarray, w: np.ndarray, C: np.ndarray,
-                    labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per cluster the largest ``w_i n_j / (n_j - w_i) ||x_i - c_j||^2`` and its row."""
-    gains, rows = np.zeros(len(C)), np.zeros_like(C)
-    for j in range(len(C)):
-        idx = np.flatnonzero(labels == j)
-        n = w[idx].sum()
-        g = np.where(n - w[idx] > 0, w[idx] * n / np.maximum(n - w[idx], 1e-300)
-                     * ((X[idx] - C[j]) ** 2).sum(1), 0.0)
-        gains[j], rows[j] = g.max(), X[idx[np.argmax(g)]]
-    return gains, rows
-
-
-@pytest.mark.parametrize("chunk_size", [None, 7])
-@pytest.mark.parametrize("weighted", [False, True])
-def test_farthest_rows_against_brute_force(chunk_size: int | None, weighted: bool) -> None:
-    rng = np.random.default_rng(5)
-    X = np.concatenate([rng.normal(loc, 1.0, size=(30, 3)) for loc in ((0, 0, 0), (9, 0, 0))])
-    X[7] = (40.0, -30.0, 5.0)  # one far row
-    w = rng.uniform(0.5, 2.0, size=len(X)) if weighted else np.ones(len(X))
-    wt = torch.as_tensor(w) if weighted else None
-    start = lloyd(Data(torch.as_tensor(X), wt), torch.as_tensor(X[[0, 40]]))
-    labels = start.labels
-    size = torch.zeros(2, dtype=torch.float64).index_add_(0, labels, torch.as_tensor(w))
-    gains, rows, weights = swaps_module._farthest_rows(
-        Data(torch.as_tensor(X), wt, chunk_size=chunk_size), start.C, labels, size)
-    want_g, want_rows = _brute_farthest(X, w, start.C.numpy(), labels.numpy())
-    np.testing.assert_allclose(gains.numpy(), want_g, rtol=1e-12)
-    np.testing.assert_array_equal(rows.numpy(), want_rows)
-    j = int(labels[7])
-    np.testing.assert_array_equal(rows[j].numpy(), X[7])
-    assert weights[j].item() == w[7]
-
-
-def test_isolating_the_farthest_row_is_an_exact_decrease_and_a_swap_candidate() -> None:
-    """Moving row i out of its cluster to a centroid of its own lowers J (at the means of the
-    new partition) by exactly its gain; swap_costs takes it where it beats the axis cut, with
-    the row and the mean of the others as the halves."""
-    rng = np.random.default_rng(6)
-    X = np.concatenate([rng.normal(loc, 1.0, size=(200, 2)) for loc in ((0, 0), (40, 0))])
-    X[243] = (300.0, 200.0)  # in the second blob's cluster
-    Xt = torch.as_tensor(X)
-    lab = np.repeat([0, 1], 200)
-    C = torch.as_tensor(np.stack([X[lab == c].mean(0) for c in (0, 1)]))
-    assert (cdist(X, C.numpy()).argmin(1) == lab).all()
-    labels = torch.as_tensor(lab)
-    j, i = 1, 243
-
-    def J(parts: list[np.ndarray]) -> float:
-        return float(sum(((X[p] - X[p].mean(0)) ** 2).sum() for p in parts))
-
-    members = np.flatnonzero(lab == j)
-    before = J([members])
-    after = J([members[members != i], np.array([i])])
-    _, gain, halves = swap_costs(Data(Xt), C, labels,
-                                 generator=torch.Generator().manual_seed(0))
-    assert gain[j].item() == pytest.approx(before - after, rel=1e-10)
-    np.testing.assert_array_equal(halves[j, 0].numpy(), X[i])
-    np.testing.assert_allclose(halves[j, 1].numpy(), X[members[members != i]].mean(0),
-                               rtol=1e-12)
-    # the same candidate from CSR rows
-    sp = pytest.importorskip("scipy.sparse")
-    rows = SparseRows.from_scipy(sp.csr_matrix(X), torch.float64, torch.device("cpu"))
-    _, gain_s, halves_s = swap_costs(Data(rows), C, labels,
-                                     generator=torch.Generator().manual_seed(0))
-    assert gain_s[j].item() == pytest.approx(gain[j].item(), rel=1e-10)
-    np.testing.assert_allclose(halves_s[j].numpy(), halves[j].numpy(), rtol=1e-12)
 
 
 @pytest.mark.parametrize(("n_far", "seed"), [(1, 0), (1, 2), (2, 3)])

@@ -1,8 +1,10 @@
 r"""The compiled loops of the swap search's statistics (numba; the equations are in
 :mod:`rbfkmeans.kernels` and :mod:`rbfkmeans.swaps`): each row's removal cost and its cluster's
 scatter matrix (:func:`spread`), the products ``A_j v_j`` of the scatter matrices with one
-vector per cluster (:func:`scatter_times`), and the two halves of each cluster cut through its
-centroid (:func:`halves`). The blocks and their sums follow :mod:`rbfkmeans._loops`.
+vector per cluster (:func:`scatter_times`), the two halves of each cluster cut through its
+centroid (:func:`halves`), each cluster's farthest row by the gain of isolating it
+(:func:`far_rows`) and the rows nearer to that row than to the centroid (:func:`far_cells`). The
+blocks and their sums follow :mod:`rbfkmeans._loops`.
 
 Only :mod:`rbfkmeans.kernels` imports this module; it needs numba.
 """
@@ -12,7 +14,7 @@ from numba import njit, prange
 
 from ._row_loops import _centroid_terms, _row_scores, dot_chains, sum_block_count, sum_blocks
 
-__all__ = ["halves", "scatter_times", "spread"]
+__all__ = ["far_cells", "far_rows", "halves", "scatter_times", "spread"]
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -115,3 +117,71 @@ def halves(X, C, labels, V, w, nb):
             for t in range(d):
                 total[b, half, t] += wi * np.float64(X[i, t])
     return sum_blocks(count), sum_blocks(total.reshape(nb, 2 * k * d)).reshape(2 * k, d)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def far_rows(X, C, labels, w, size, nb):
+    """Per cluster the first row of largest gain ``w_i N_a / (N_a - w_i) ||x_i - c_a||^2``
+    (0 where ``N_a - w_i <= 0``): the gains (k,) and the rows' indices (k; -1 where no gain is
+    positive), and every row's ``||x_i - c_a||^2`` (n,), float64. The blocks keep their first
+    maximum and are compared in order, so the first row wins a tie as a sequential scan's."""
+    n, d = X.shape
+    k = C.shape[0]
+    has_w = w.shape[0] > 0
+    block = (n + nb - 1) // nb
+    best = np.zeros((nb, k))
+    arg = np.full((nb, k), -1, np.int64)
+    dist = np.empty(n)
+    for b in prange(nb):
+        for i in range(b * block, min(n, (b + 1) * block)):
+            a = labels[i]
+            r = 0.0
+            for t in range(d):
+                y = np.float64(X[i, t]) - np.float64(C[a, t])
+                r += y * y
+            dist[i] = r
+            wi = np.float64(w[i]) if has_w else 1.0
+            rest = size[a] - wi
+            g = wi * size[a] / rest * r if rest > 0.0 else 0.0
+            if g > best[b, a]:
+                best[b, a] = g
+                arg[b, a] = i
+    top = np.zeros(k)
+    row = np.full(k, -1, np.int64)
+    for b in range(nb):
+        for a in range(k):
+            if best[b, a] > top[a]:
+                top[a] = best[b, a]
+                row[a] = arg[b, a]
+    return top, row, dist
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def far_cells(X, C, labels, far, w, nb):
+    """The weight (k,) and weighted sum (k, d) of each cluster's rows strictly nearer to its
+    row ``far[a]`` (k, d, float64) than to ``c_a`` (float64; the blocks limited as in
+    :func:`halves`)."""
+    n, d = X.shape
+    k = C.shape[0]
+    has_w = w.shape[0] > 0
+    nb = sum_block_count(nb, k * d)
+    block = (n + nb - 1) // nb
+    count = np.zeros((nb, k))
+    total = np.zeros((nb, k, d))
+    for b in prange(nb):
+        for i in range(b * block, min(n, (b + 1) * block)):
+            a = labels[i]
+            to_far = 0.0
+            to_own = 0.0
+            for t in range(d):
+                x = np.float64(X[i, t])
+                u = x - far[a, t]
+                v = x - np.float64(C[a, t])
+                to_far += u * u
+                to_own += v * v
+            if to_far < to_own:
+                wi = np.float64(w[i]) if has_w else 1.0
+                count[b, a] += wi
+                for t in range(d):
+                    total[b, a, t] += wi * np.float64(X[i, t])
+    return sum_blocks(count), sum_blocks(total.reshape(nb, k * d)).reshape(k, d)

@@ -121,8 +121,8 @@ class RBFKMeans(
         quality best: on the 23 sets of ``benchmarks/bench_curve.py`` (five seeds)
         ``schedule="k-means++", n_init=6`` (the quality setting) ended at or below the better
         of ``KMeans(n_init=10)`` and breathing k-means on all 115 set-seed pairs (the default
-        99, ``n_init=3`` 111) in 0.87x ``KMeans(n_init=10)``'s time in geometric mean (the
-        default 0.27x; see docs/estimator.md). Other ladders repeat themselves with new
+        99, ``n_init=3`` 111) in 0.94x ``KMeans(n_init=10)``'s time in geometric mean (the
+        default 0.28x; see docs/estimator.md). Other ladders repeat themselves with new
         seeds.
         With an explicit ``init`` array only one run is made (a ``RuntimeWarning`` says so when
         ``n_init > 1``), as scikit-learn.

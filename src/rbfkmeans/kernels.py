@@ -24,9 +24,10 @@ multiplicities ``m_j`` (softmax of ``z_i + log m``; entmax-1.5 and sparsemax fro
 the candidates ``y_ij < 1`` and adding them while the mass at the next one is below 1), then
 ``N``, ``S``, and on request the objectives, the nearest-group spread ``V`` and the gain matrices
 ``A_j = sum_i w_i gamma_ij (x_i - c_j)(x_i - c_j)^T``. :func:`spread_pass` and
-:func:`halves_pass` are the two sweeps of :func:`rbfkmeans.swaps.swap_costs` (removal costs from
+:func:`halves_pass` are the two sweeps of :func:`rbfkmeans.costs.swap_costs` (removal costs from
 the two smallest distances and each cluster's scatter matrix; the weights and sums of each
-cluster's halves), :func:`lloyd_run` runs whole Lloyd iterations (assignment, update,
+cluster's halves), :func:`far_pass` and :func:`cells_pass` its far rows and their cells,
+:func:`lloyd_run` runs whole Lloyd iterations (assignment, update,
 stopping rules) in compiled code for :func:`rbfkmeans.lloyd.lloyd`, and
 :func:`group_fixed_point` the annealing's SQUAREM fixed point at one temperature (group passes,
 updates, extrapolations and their safeguard) for :func:`rbfkmeans.splits.anneal_splits`. The
@@ -438,7 +439,7 @@ def centroid_groups(C: Tensor, t: int) -> Tensor:
 
 def spread_pass(X: Tensor, C: Tensor, labels: Tensor, w: Tensor | None, *,
                 scatter: bool = True) -> tuple[Tensor, Tensor]:
-    """What the swap search needs of a clustering (:func:`rbfkmeans.swaps.swap_costs`), in one
+    """What the swap search needs of a clustering (:func:`rbfkmeans.costs.swap_costs`), in one
     sweep over the rows of ``X`` (n, d) labelled ``labels`` (n,) among ``C`` (k, d), float64:
     ``removal[a] = sum_{a_i = a} w_i (d_i^(2) - d_i^(1))`` (k,), with ``d^(1) <= d^(2)`` the two
     smallest squared distances of the row, and the scatter matrices
@@ -456,7 +457,7 @@ def scatter_pass(X: Tensor, C: Tensor, labels: Tensor, V: Tensor,
                  w: Tensor | None) -> Tensor:
     """``U_a = Sigma_a V_a`` (k, d) float64: the scatter matrix of each cluster (rows of ``X``
     labelled ``labels`` around ``C``) times its row of ``V`` (k, d), in one sweep, no matrix
-    formed: the power iterations of :func:`rbfkmeans.swaps.swap_costs` on wide data."""
+    formed: the power iterations of :func:`rbfkmeans.costs.swap_costs` on wide data."""
     k, d = int(C.shape[0]), int(X.shape[1])
     with _launch():
         U = _swap_loops.scatter_times(_array(X), _array(C.to(X.dtype)), _array(labels),
@@ -475,6 +476,31 @@ def halves_pass(X: Tensor, C: Tensor, labels: Tensor, V: Tensor,
                                           _array(V.to(torch.float64)), _weights(w, X),
                                           _blocks(int(X.shape[0]),
                                                   2 * int(C.shape[0]) * int(X.shape[1])))
+    return torch.from_numpy(count), torch.from_numpy(total)
+
+
+def far_pass(X: Tensor, C: Tensor, labels: Tensor, w: Tensor | None,
+             size: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Each cluster's farthest row by the gain ``w_i N_a / (N_a - w_i) ||x_i - c_a||^2`` of
+    isolating it (``size`` (k,) the clusters' weights ``N_a``): the gains (k,), the first such
+    row's index (k; -1 where no gain is positive) and every row's squared distance to its
+    centroid (n,), float64 (:func:`rbfkmeans.costs.swap_costs`)."""
+    with _launch():
+        top, row, dist = _swap_loops.far_rows(_array(X), _array(C.to(X.dtype)), _array(labels),
+                                              _weights(w, X), _array(size.to(torch.float64)),
+                                              _blocks(int(X.shape[0]), int(C.shape[0])))
+    return torch.from_numpy(top), torch.from_numpy(row), torch.from_numpy(dist)
+
+
+def cells_pass(X: Tensor, C: Tensor, labels: Tensor, far: Tensor,
+               w: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The weight (k,) and weighted sum (k, d) of each cluster's rows strictly nearer to its row
+    ``far[a]`` (k, d) than to ``c_a``, float64 (:func:`rbfkmeans.costs.swap_costs`)."""
+    k, d = int(C.shape[0]), int(X.shape[1])
+    with _launch():
+        count, total = _swap_loops.far_cells(_array(X), _array(C.to(X.dtype)), _array(labels),
+                                             _array(far.to(torch.float64)), _weights(w, X),
+                                             _blocks(int(X.shape[0]), k * d))
     return torch.from_numpy(count), torch.from_numpy(total)
 
 
@@ -509,6 +535,10 @@ def _warm_calls(dt: torch.dtype, w: Tensor | None) -> list[tuple[str, Callable[[
                                               torch.ones(2, MAX_DIM + 1, dtype=torch.float64),
                                               w)),
         ("swap halves", lambda: halves_pass(X, X[:2].clone(), labels, V, w)),
+        ("swap far rows", lambda: far_pass(X, X[:2].clone(), labels, w,
+                                           torch.tensor([3.0, 3.0], dtype=torch.float64))),
+        ("swap far cells", lambda: cells_pass(X, X[:2].clone(), labels,
+                                              X[:2].double() + 1.0, w)),
         ("Hartigan's moves", lambda: hartigan_pass(X, X[:2].double(), m.double(), labels, w,
                                                    torch.tensor([0, 2, 5]))),
         ("Hartigan's moves (wide)", lambda: hartigan_rows(wide, wide[:2].double(), m.double(),

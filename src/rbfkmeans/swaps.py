@@ -11,7 +11,8 @@ change of ``J`` is
     \;-\; \underbrace{\frac{n_+ n_-}{n_j} \lVert m_+ - m_- \rVert^2}_{\text{gain}[j]},
 
 with ``d^(1), d^(2)`` the distances to the nearest and second-nearest centroid and ``m_+, m_-``
-the means of the halves of cluster ``j`` cut through ``c_j`` normal to its principal axis. The
+the means of the halves of cluster ``j`` cut through ``c_j`` normal to its principal axis, or of
+a far part of it and the rest (:mod:`rbfkmeans.costs`, which computes both terms). The
 cheapest swaps are tried by Lloyd iterations and kept only when ``J`` drops (Kanungo et al. 2004
 show single swaps give a constant-factor approximation).
 
@@ -30,13 +31,12 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import Tensor
 
-from . import kernels
 from ._validation import check_nonnegative, check_positive_int
+from .costs import removal_costs, swap_costs
 from .lloyd import LloydResult, lloyd
-from .passes import Data, check_data, check_labels, nearest
-from .sparse import dense, is_sparse
+from .passes import Data, check_data
 
-__all__ = ["FAR_ROW_MARGIN", "LOOK_SLACK", "SwapResult", "swap_costs", "swap_search"]
+__all__ = ["LOOK_SLACK", "SwapResult", "swap_search"]
 
 #: a trial is kept only if it lowers J by this fraction: a trial that returns to the same fixed
 #: point (its centroids in another order) differs by rounding alone and must not be taken
@@ -50,13 +50,6 @@ NEAR = 1e-3
 #: six of the eight to it or below (the others 1.00014x and 1.016x), rings of unequal density
 #: from 1.057x to 0.995x, and leaves bench_fit's 115 pairs and the held-out 75 as they were.
 LOOK_SLACK = 0.5
-#: a cluster's split isolates its farthest row where that gains more than this many times the
-#: axis cut (:func:`swap_costs`). A row 300 times farther out than six blobs gained 15-17x
-#: the cut, and the search had never isolated it (the fit ended 1.6-1.75x KMeans(n_init=10)'s
-#: J); the rarest colours of a photograph's pixels gain up to 2.5x, and taking those moved
-#: bench_fit's hubble k=64 and the held-out coffee k=64 both ways (-0.20% to +0.09%, a little
-#: lower in all): the margin leaves such clusters to the axis cut, as before.
-FAR_ROW_MARGIN = 4.0
 
 
 @dataclass
@@ -74,89 +67,6 @@ class SwapResult:
     #: the Lloyd result it returns (with its bounds, for a run that starts next to it:
     #: ``lloyd(warm=(fixed_point, rows))``)
     fixed_point: LloydResult | None = field(default=None, repr=False)
-
-
-def _removal_costs(data: Data, C: Tensor, labels: Tensor) -> Tensor:
-    """``sum_{i in S_a} w_i (d_i^(2) - d_i^(1))`` per centroid (k,), float64, over the ranks."""
-    return _removal_and_own(data, C, labels)[0]
-
-
-def _removal_and_own(data: Data, C: Tensor, labels: Tensor) -> tuple[Tensor, Tensor | None]:
-    """:func:`_removal_costs`, and each local row's ``d_i^(1)`` (n,) where the pass computes it
-    (the chunked torch pass; None from the compiled one)."""
-    if kernels.usable(data.X, C.shape[0]):
-        removal = kernels.spread_pass(data.X, C, labels, data.w, scatter=False)[0]
-        data.comm.sum_(removal)
-        return removal, None
-    two = nearest(data, C, two=True).dist  # (n, 2)
-    extra = (two[:, 1] - two[:, 0]).double()  # (n,)
-    if data.w is not None:
-        extra = extra * data.w.double()
-    removal = torch.zeros(C.shape[0], dtype=torch.float64, device=data.X.device)
-    removal.index_add_(0, labels, extra)
-    data.comm.sum_(removal)
-    return removal, two[:, 0]
-
-
-def _scatter_times(data: Data, C: Tensor, labels: Tensor, V: Tensor) -> Tensor:
-    """``U_a = Sigma_a V_a`` (k, d) over the ranks, ``Sigma_a`` the weighted scatter matrix of
-    cluster ``a``, without forming it: ``sum_{i in S_a} w_i y_i (y_i . V_a)``, ``y_i = x_i - c_a``
-    (float64, chunked)."""
-    k, d = C.shape
-    if kernels.usable(data.X, k, scores=True):  # wide data: one compiled sweep
-        U = kernels.scatter_pass(data.X, C, labels, V, data.w)
-        data.comm.sum_(U)
-        return U
-    U = torch.zeros(k, d, dtype=torch.float64, device=data.X.device)
-    if is_sparse(data.X):  # U_a = sum w_i p_i x_i - c_a sum w_i p_i, p_i = x_i . V_a - c_a . V_a
-        Cd, Vd = C.double(), V.double()
-        Xd = data.X.double()
-        proj = Xd.row_dot(Vd, labels) - (Cd * Vd).sum(dim=1)[labels]  # (n,)
-        if data.w is not None:
-            proj = proj * data.w.double()
-        (Xd * proj).scatter_add_into(U, labels)
-        U -= Cd * torch.zeros(k, dtype=torch.float64, device=U.device).index_add_(
-            0, labels, proj).unsqueeze(1)
-        data.comm.sum_(U)
-        return U
-    for s in data.chunks(max(k, d)):
-        lab = labels[s]
-        Y = (data.X[s] - C[lab]).double()  # (b, d)
-        proj = (Y * V[lab]).sum(dim=1)  # (b,)
-        if data.w is not None:
-            proj = proj * data.w[s].double()
-        U.index_add_(0, lab, Y * proj.unsqueeze(1))
-    data.comm.sum_(U)
-    return U
-
-
-def _halves(data: Data, C: Tensor, labels: Tensor, V: Tensor) -> tuple[Tensor, Tensor]:
-    """Weight (2k,) and weighted sum (2k, d) of each side of every cluster cut through ``c_a``
-    normal to ``V_a`` (entry ``2a + 1`` the side ``(x - c_a).V_a > 0``), float64, local."""
-    k, d = C.shape
-    if kernels.usable(data.X, 2 * k, scores=True):  # wide data: one compiled sweep
-        return kernels.halves_pass(data.X, C, labels, V, data.w)
-    dev = data.X.device
-    count = torch.zeros(2 * k, dtype=torch.float64, device=dev)
-    total = torch.zeros(2 * k, d, dtype=torch.float64, device=dev)
-    if is_sparse(data.X):  # the side from x_i . V_a - c_a . V_a, the sums from stored entries
-        Xd, Vd = data.X.double(), V.double()
-        side = Xd.row_dot(Vd, labels) - (C.double() * Vd).sum(dim=1)[labels] > 0
-        half = 2 * labels + side.long()
-        wc = torch.ones(data.n, dtype=torch.float64, device=dev) if data.w is None \
-            else data.w.double()
-        count.index_add_(0, half, wc)
-        (Xd * wc).scatter_add_into(total, half)
-        return count, total
-    for s in data.chunks(max(k, d)):
-        lab = labels[s]
-        Xc = data.X[s].double()
-        side = ((Xc - C[lab].double()) * V[lab]).sum(dim=1) > 0  # (b,)
-        half = 2 * lab + side.long()  # (b,)
-        wc = torch.ones_like(side, dtype=torch.float64) if data.w is None else data.w[s].double()
-        count.index_add_(0, half, wc)
-        total.index_add_(0, half, Xc * wc.unsqueeze(1))
-    return count, total
 
 
 def _spread_out(removal: Tensor, C: Tensor, m: int) -> list[int]:
@@ -189,7 +99,7 @@ def _breathe(data: Data, best: LloydResult, gain: Tensor, halves: Tensor, m: int
     rows = torch.cat([_kept_rows(best, split), torch.full((len(split),), -1)])
     grown = lloyd(data, torch.cat([C, halves[split, 1]]), max_iter=max_iter, tol=tol,
                   warm=(best, rows))
-    drop = _spread_out(_removal_costs(data, grown.C, grown.labels), grown.C, len(split))
+    drop = _spread_out(removal_costs(data, grown.C, grown.labels), grown.C, len(split))
     keep = [j for j in range(grown.C.shape[0]) if j not in set(drop)]
     trial = lloyd(data, grown.C[keep], max_iter=max_iter, tol=tol, target=best.inertia,
                   warm=(grown, torch.tensor(keep)))
@@ -252,123 +162,6 @@ def _last_look(data: Data, best: LloydResult, tried: list[LloydResult],
         if trial.inertia < goal:
             return trial, n_iter, n_trials
     return None, n_iter, n_trials
-
-
-@torch.no_grad()
-def swap_costs(
-    data: Data,
-    C: Tensor,
-    labels: Tensor,
-    *,
-    generator: torch.Generator | None = None,
-    power_iter: int = 5,
-) -> tuple[Tensor, Tensor, Tensor]:
-    r"""What removing each centroid costs and what splitting each cluster in two gains.
-
-    With ``labels`` the nearest centroid of each point (``k >= 2``):
-
-    * ``removal[a] = sum_{i in S_a} w_i (d_i^(2) - d_i^(1))``: the increase of ``J`` when ``c_a``
-      is deleted and its points go to their second-nearest centroid (exact, others fixed);
-    * ``gain[j] = (n_+ n_- / n_j) ||m_+ - m_-||^2``: the decrease of ``J`` when cluster ``j`` is
-      cut by the hyperplane through ``c_j`` normal to its principal axis (``power_iter`` power
-      iterations on the weighted scatter matrix, from a random start drawn from ``generator``)
-      and each half gets its mean ``m_+``, ``m_-`` (exact for that partition; 0 when a half is
-      empty);
-    * ``halves`` (k, 2, d): those means.
-
-    Where isolating the farthest row of cluster ``j`` (:func:`_farthest_rows`: the exact decrease
-    ``w_i n_j / (n_j - w_i) ||x_i - c_j||^2`` when row ``i`` leaves for a centroid of its own)
-    gains more than ``FAR_ROW_MARGIN`` times that cut, ``gain[j]`` is that decrease and the
-    halves are the row and the mean of the others: an outlier the axis cut would leave in a
-    half of thousands of rows.
-
-    All sums are accumulated in float64 and reduced over the ranks; nothing larger than a chunk.
-    On a cosine ``data`` the costs are in the units of the spherical ``J`` (half the Euclidean
-    ones of the normalised rows) and a trial starts from the halves projected onto the sphere.
-    """
-    C = check_data(data).check_centroids(C)
-    k, d = C.shape
-    labels = check_labels(data, labels, k)
-    power_iter = check_positive_int(power_iter, "power_iter")
-    comm, dev = data.comm, data.X.device
-    fused = kernels.usable(data.X, k, gains=k)  # few features on the CPU: two fused sweeps
-    scatter: Tensor | None = None
-    own: Tensor | None = None  # (n,) d_i^(1), where the removal's pass gives it
-    if fused:
-        removal, scatter = kernels.spread_pass(data.X, C, labels, data.w)
-        comm.sum_(removal, scatter)
-    else:
-        removal, own = _removal_and_own(data, C, labels)
-    V = torch.randn(k, d, generator=generator, dtype=torch.float64).to(dev)  # (k, d)
-    for _ in range(power_iter):  # V_j <- Sigma_j V_j, Sigma_j the scatter of cluster j
-        if scatter is not None:
-            U = torch.bmm(scatter, V.unsqueeze(2)).squeeze(2)
-        else:
-            U = _scatter_times(data, C, labels, V)
-        V = U / U.norm(dim=1, keepdim=True).clamp(min=1e-300)  # 0 for a cluster of one point
-    if fused:
-        count, total = kernels.halves_pass(data.X, C, labels, V, data.w)
-    else:
-        count, total = _halves(data, C, labels, V)
-    comm.sum_(count, total)
-    count, total = count.view(k, 2), total.view(k, 2, d)
-    halves = total / count.clamp(min=1e-300).unsqueeze(2)  # (k, 2, d)
-    both = (count > 0).all(dim=1)  # (k,)
-    between = count.prod(dim=1) / count.sum(dim=1).clamp(min=1e-300)
-    gain = torch.where(both, between * (halves[:, 0] - halves[:, 1]).square().sum(dim=1), 0.0)
-    size = count.sum(dim=1)  # (k,) n_j
-    far_gain, far_row, far_w = _farthest_rows(data, C, labels, size, own)
-    use = far_gain > FAR_ROW_MARGIN * gain  # (k,) a row that far: isolating it gains most
-    if bool(use.any()):
-        rest = (total.sum(dim=1)[use] - far_w[use].unsqueeze(1) * far_row[use]) / \
-            (size[use] - far_w[use]).unsqueeze(1)
-        halves[use, 0], halves[use, 1], gain[use] = far_row[use], rest, far_gain[use]
-    scale = data.metric.objective_scale  # in the units of the metric's J (1/2 for cosine)
-    return scale * removal, scale * gain, halves.to(data.X.dtype)
-
-
-
-def _farthest_rows(data: Data, C: Tensor, labels: Tensor, size: Tensor,
-                   own: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """Per cluster ``j`` the row of largest gain ``w_i n_j / (n_j - w_i) ||x_i - c_j||^2``:
-    the exact decrease of ``J`` when row ``i`` leaves cluster ``j`` (whose mean moves) for a
-    centroid of its own (Hartigan's move to an empty cluster). Returns the gains (k,), the rows
-    (k, d) and their weights (k,), float64, over all ranks (the first row of the first rank on a
-    tie); a gain of 0 where no row can leave (a cluster of one row). ``own`` (n,): the rows'
-    squared distances to their centroids where a pass has them already."""
-    k, d = C.shape
-    dev, f64 = data.X.device, torch.float64
-    best = torch.zeros(k, dtype=f64, device=dev)
-    rows = torch.zeros(k, d, dtype=f64, device=dev)
-    weights = torch.zeros(k, dtype=f64, device=dev)
-    sparse = is_sparse(data.X)
-    if sparse and own is None:  # (the sparse passes are the torch ones, which give it)
-        own = nearest(data, C).dist
-    for s in data.chunks(d):
-        lab, Xs = labels[s], data.X[s]
-        r = own[s].double() if own is not None else (Xs - C[lab]).double().square().sum(dim=1)
-        w = data.weight(s)
-        w = torch.ones_like(r) if w is None else w.double()
-        n_j = size[lab]
-        g = torch.where(n_j - w > 0, w * n_j / (n_j - w).clamp(min=1e-300) * r, 0.0)
-        top = torch.zeros(k, dtype=f64, device=dev).scatter_reduce(0, lab, g, "amax")
-        better = top > best
-        if not bool(better.any()):
-            continue
-        hit = ((g == top[lab]) & better[lab]).nonzero().squeeze(1)
-        first = torch.full((k,), g.numel(), dtype=torch.long, device=dev).scatter_reduce(
-            0, lab[hit], hit, "amin")
-        js = better.nonzero().squeeze(1)
-        picked = Xs[first[js]]
-        rows[js] = (dense(picked) if sparse else picked).double()
-        best[js], weights[js] = top[js], w[first[js]]
-    if data.comm.active:  # the largest over the ranks (the lowest rank on a tie)
-        table = data.comm.all_gather(torch.cat([best.unsqueeze(1), weights.unsqueeze(1), rows],
-                                               dim=1)).view(-1, k, d + 2)
-        rank = table[:, :, 0].argmax(dim=0)  # (k,) the first maximum
-        pick = table[rank, torch.arange(k, device=dev)]
-        best, weights, rows = pick[:, 0], pick[:, 1], pick[:, 2:]
-    return best, rows, weights
 
 
 @torch.no_grad()
