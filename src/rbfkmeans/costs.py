@@ -144,11 +144,11 @@ def _far_cells(data: Data, C: Tensor, labels: Tensor, far: Tensor,
     serve). Sparse rows compare
     ``2 x . (c_j - f_j) < ||c_j||^2 - ||f_j||^2``, the same test without differences."""
     k, d = C.shape
-    dev, f64 = data.X.device, torch.float64
-    count = torch.zeros(k, dtype=f64, device=dev)
-    total = torch.zeros(k, d, dtype=f64, device=dev)
     if kernels.usable(data.X, k):  # few features on the CPU: one compiled sweep
         return kernels.cells_pass(data.X, C, labels, far, data.w)
+    dev, f64, sparse = data.X.device, torch.float64, is_sparse(data.X)
+    count = torch.zeros(k, dtype=f64, device=dev)
+    total = torch.zeros(k, d, dtype=f64, device=dev)
     Cd, far = C.double(), far.double()
     reach = (far - Cd).square().sum(dim=1)  # (k,) ||f_j - c_j||^2
     rows = (dist > 0.2 * reach[labels]).nonzero().squeeze(1)  # (m,) the rows that may be in it
@@ -157,7 +157,7 @@ def _far_cells(data: Data, C: Tensor, labels: Tensor, far: Tensor,
         idx = rows[a : a + step]
         lab = labels[idx]
         Xs = data.X[idx].double()
-        if is_sparse(data.X):
+        if sparse:
             near = 2.0 * Xs.row_dot(Cd - far, lab) < (Cd.square().sum(dim=1)
                                                        - far.square().sum(dim=1))[lab]
         else:
@@ -165,7 +165,7 @@ def _far_cells(data: Data, C: Tensor, labels: Tensor, far: Tensor,
         w = None if data.w is None else data.w[idx].double()
         wn = near.double() if w is None else torch.where(near, w, 0.0)
         count.index_add_(0, lab, wn)
-        if is_sparse(data.X):
+        if sparse:
             (Xs * wn).scatter_add_into(total, lab)
         else:
             total.index_add_(0, lab, Xs * wn.unsqueeze(1))
@@ -277,7 +277,6 @@ def _farthest_rows(data: Data, C: Tensor, labels: Tensor, size: Tensor,
     rows = torch.zeros(k, d, dtype=f64, device=dev)
     weights = torch.zeros(k, dtype=f64, device=dev)
     sparse = is_sparse(data.X)
-    dist = torch.empty(data.n, dtype=f64, device=dev)
     if sparse and own is None:  # (the sparse passes are the torch ones, which give it)
         own = nearest(data, C).dist
     compiled = kernels.usable(data.X, k)
@@ -286,6 +285,8 @@ def _farthest_rows(data: Data, C: Tensor, labels: Tensor, size: Tensor,
         found = (row >= 0).nonzero().squeeze(1)
         rows[found] = data.X[row[found]].double()
         weights[found] = 1.0 if data.w is None else data.w[row[found]].double()
+    else:
+        dist = torch.empty(data.n, dtype=f64, device=dev)
     for s in () if compiled else data.chunks(d):
         lab, Xs = labels[s], data.X[s]
         r = own[s].double() if own is not None else (Xs - C[lab]).double().square().sum(dim=1)
