@@ -45,7 +45,7 @@ import torch
 from sklearn.cluster import KMeans
 from threadpoolctl import threadpool_limits
 
-from rbfkmeans import RBFKMeans, kernels
+from rbfkmeans import RBFKMeans, warmup
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sets and timing of bench_fit
 from bench_fit import datasets, fitting, geomean, inertia, timed
@@ -261,7 +261,7 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     rows: list[dict[str, Any]] = []
     with threadpool_limits(args.threads):
-        kernels.warm_up()  # compiled (or loaded) before any timing
+        warmup.warm_up()  # compiled (or loaded) before any timing
         warm = np.random.default_rng(0).normal(size=(300, 3))
         for make in settings(4, 0).values():  # every method's first call, untimed
             make().fit(warm)

@@ -264,9 +264,9 @@ def memory_child(name: str, method: str, seed: int) -> dict[str, float]:
     """Peak resident memory growth (MB) of one fit of ``method`` on workload ``name``, in this
     process, from after the rows exist (kernels loaded first): what the fit itself adds."""
     torch.set_num_threads(THREADS)
-    from rbfkmeans import kernels
+    from rbfkmeans import warmup
 
-    kernels.warm_up()
+    warmup.warm_up()
     X, k = workload(name, False)
     fit = methods(k, seed, False)[method]
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak-RSS mark
@@ -319,9 +319,9 @@ def warm(fits: dict[str, Callable[[np.ndarray], np.ndarray]], X: np.ndarray, k: 
     """Run every method once, untimed, on a slice of ``X``: numba compiles (or loads) the
     kernels a fit of this shape takes (ours: enough rows for the bounded passes, ``n k >=
     2^21``), and every library starts its thread pools, before anything is timed."""
-    from rbfkmeans import kernels
+    from rbfkmeans import warmup
 
-    kernels.warm_up()
+    warmup.warm_up()
     for method, fit in fits.items():
         if method == "BKMeans":
             continue
@@ -459,9 +459,9 @@ def main() -> None:
         return
     if args.passes_only:
         torch.set_num_threads(THREADS)
-        from rbfkmeans import kernels
+        from rbfkmeans import warmup
 
-        kernels.warm_up()  # compiled before the first timed pass
+        warmup.warm_up()  # compiled before the first timed pass
         results = json.loads(args.out.read_text())
         for name in args.only:
             X, k = workload(name, args.quick)

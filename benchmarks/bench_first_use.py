@@ -135,7 +135,7 @@ def measure(repeat: int) -> dict[str, Any]:
                                "python": sys.version.split()[0],
                                "machine": platform.processor() or platform.machine()}
     # the warm cache: every kernel loaded (or compiled) once by a process of its own
-    _run([sys.executable, "-c", "from rbfkmeans import kernels; kernels.warm_up()"], None)
+    _run([sys.executable, "-c", "from rbfkmeans import warmup; warmup.warm_up()"], None)
     imports = {}
     for label, code in (("torch", "import torch"), ("rbfkmeans", "import rbfkmeans")):
         imports[label] = min(_run([sys.executable, "-c", code], None)[0] for _ in range(repeat))

@@ -28,7 +28,7 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
-from rbfkmeans import RBFKMeans, kernels
+from rbfkmeans import RBFKMeans, warmup
 from rbfkmeans.passes import Data, cluster_stats
 from rbfkmeans.schedules import critical_temperature
 
@@ -57,7 +57,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
-    kernels.warm_up()  # compiled (or loaded) before any timing
+    warmup.warm_up()  # compiled (or loaded) before any timing
 
     Xn, _ = make_blobs(args.n, args.d, centers=args.k, random_state=0)
     Xn = Xn.astype(np.float32)

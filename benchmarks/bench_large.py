@@ -8,7 +8,7 @@ a subsample, polish and swap search on a subsample, a last polish on all rows) f
 ``predict`` on all rows. Reported: wall time (fit, and fit + predict for ours), inertia
 recomputed in float64 from the centroids, and the growth of the peak resident memory over the
 resident memory with the data loaded and the libraries imported (``/proc/self/clear_refs`` then
-``VmHWM``; ours after :func:`rbfkmeans.kernels.warm_up`, so numba's compiler is not counted).
+``VmHWM``; ours after :func:`rbfkmeans.warmup.warm_up`, so numba's compiler is not counted).
 Targets: our fit + predict within KMeans(n_init=1)'s time, at or below its inertia, peak growth
 <= 512 MB.
 On this data neither method's Lloyd iterations settle within ``max_iter=300``; for reference the
@@ -66,9 +66,9 @@ def child(method: str, n: int, seed: int, threads: int) -> dict[str, Any]:
 
     torch.set_num_threads(threads)
     if method != "kmeans1":  # imported and its kernels compiled (or loaded) before measuring
-        from rbfkmeans import kernels
+        from rbfkmeans import warmup
 
-        kernels.warm_up()
+        warmup.warm_up()
     X = make_data(n, seed)
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak-RSS mark
     base = _rss_kb("VmRSS")

@@ -52,7 +52,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import rbfkmeans as rk
-from rbfkmeans import kernels
+from rbfkmeans import warmup
 from rbfkmeans.comm import Comm
 from rbfkmeans.distributed import process_group, shard
 from rbfkmeans.passes import Data, cluster_stats
@@ -220,7 +220,7 @@ def _memory_child(n: int, mode: str, d: int, k: int) -> dict[str, Any]:
         X = np.load(path, mmap_mode="r")
     else:
         X = _make_data(n, d)
-    kernels.warm_up()  # loaded (or compiled) before the measurement: not the fit's memory
+    warmup.warm_up()  # loaded (or compiled) before the measurement: not the fit's memory
     lam = float(np.linalg.eigvalsh(np.cov(np.asarray(X[:100_000], dtype=np.float64).T)).max())
     T0 = 1.2 * np.sqrt(k) * lam  # above the first critical temperature of entmax-1.5
     soft = {"assignment": "entmax15", "T_start": T0, "T_end": T0 * 1e-3, "cooling": 0.1,

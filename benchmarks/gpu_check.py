@@ -464,7 +464,7 @@ def step_tests(ctx: Context) -> None:
     else:  # compile (or load) the numba kernels first: the conftest and the CPU fits need them
         warm_log = ctx.out / "kernels_warm_up.log"
         rc, timed_out, seconds = run_logged(
-            [sys.executable, "-c", "from rbfkmeans import kernels; kernels.warm_up()"],
+            [sys.executable, "-c", "from rbfkmeans import warmup; warmup.warm_up()"],
             max(10.0, 0.6 * ctx.time_left()), warm_log, child_env())
         rec["kernels_warm_up"] = {"returncode": rc, "timed_out": timed_out, "seconds": seconds}
         if rc != 0:
@@ -827,9 +827,9 @@ def step_fit(ctx: Context) -> None:
                        "changing or max_iter",
     }
     if not ctx.cuda:  # the CPU fits use the compiled kernels: loaded (or built) before timing
-        from rbfkmeans import kernels
+        from rbfkmeans import warmup
 
-        _, rec["kernels_warm_up_s"] = wall(ctx, kernels.warm_up)
+        _, rec["kernels_warm_up_s"] = wall(ctx, warmup.warm_up)
     cases: list[dict[str, Any]] = []
     rec["cases"] = cases
     failed = total = 0
@@ -950,13 +950,13 @@ def step_vq(ctx: Context) -> None:
 
 
 def step_deep(ctx: Context) -> None:
-    from rbfkmeans import kernels
+    from rbfkmeans import warmup
     from rbfkmeans.deep import DeepClusterer, evaluate, load_dataset
     from rbfkmeans.deep.experiment import _clusterer as build_clusterer
     from rbfkmeans.deep.experiment import default_config
 
     rec = ctx.record
-    _, rec["kernels_warm_up_s"] = wall(ctx, kernels.warm_up)  # the CPU start fit uses them
+    _, rec["kernels_warm_up_s"] = wall(ctx, warmup.warm_up)  # the CPU start fit uses them
     cfg = default_config(quick=ctx.quick)
     ds = load_dataset("digits")
     has_device = "device" in inspect.signature(DeepClusterer.__init__).parameters

@@ -21,12 +21,12 @@ from types import ModuleType
 import pytest
 import torch
 
-from rbfkmeans import kernels
+from rbfkmeans import warmup
 
 
 def pytest_configure(config: object) -> None:
     torch.set_num_threads(1)
-    kernels.warm_up()
+    warmup.warm_up()
     device = os.environ.get("RBFKMEANS_TEST_DEVICE")
     if device:
         torch.set_default_device(device)

@@ -12,7 +12,7 @@ import torch
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from rbfkmeans import RBFKMeans, kernels
+from rbfkmeans import RBFKMeans, kernels, search_kernels
 from rbfkmeans.hartigan import _batch_change, _means, hartigan, holds_weight
 from rbfkmeans.lloyd import LloydResult, distance_bounds, lloyd
 from rbfkmeans.passes import Data
@@ -358,7 +358,7 @@ def test_the_wide_scoring_equals_every_move_scored_in_float64(empty: bool) -> No
     C[N > 0] /= N[N > 0, None]
     data = Data(torch.from_numpy(X))
     assert kernels.usable(data.X, k, scores=True)
-    gain, target = kernels.hartigan_rows(data.X, torch.from_numpy(C), torch.from_numpy(N),
+    gain, target = search_kernels.hartigan_rows(data.X, torch.from_numpy(C), torch.from_numpy(N),
                                          torch.from_numpy(labels), None,
                                          torch.arange(n))[:2]
     D = ((Xd[:, None, :] - C[None]) ** 2).sum(2)  # (n, k)

@@ -21,7 +21,16 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import rbfkmeans.costs as costs_module
-from rbfkmeans import RBFKMeans, _hartigan_loops, _lloyd_loops, _loops, _row_loops, kernels, splits
+from rbfkmeans import (
+    RBFKMeans,
+    _hartigan_loops,
+    _lloyd_loops,
+    _loops,
+    _row_loops,
+    kernels,
+    search_kernels,
+    splits,
+)
 from rbfkmeans import lloyd as lloyd_module
 from rbfkmeans.assignments import get_assignment
 from rbfkmeans.costs import _halves, _scatter_times, removal_costs, swap_costs
@@ -273,11 +282,11 @@ def test_swap_costs_equal_the_torch_passes(weighted: bool,
     C = X[:8].clone()
     labels = cluster_stats(data, C, 0.0, "hard", return_labels=True).labels
     assert labels is not None
-    removal, scatter = kernels.spread_pass(X, C, labels, w)
+    removal, scatter = search_kernels.spread_pass(X, C, labels, w)
     V = torch.randn(8, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     torch.testing.assert_close(torch.bmm(scatter, V[:, :, None]).squeeze(2),
                                _scatter_times(data, C, labels, V), rtol=1e-11, atol=1e-9)
-    count, total = kernels.halves_pass(X, C, labels, V, w)
+    count, total = search_kernels.halves_pass(X, C, labels, V, w)
     ref_count, ref_total = _halves(data, C, labels, V)
     torch.testing.assert_close(count, ref_count, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(total, ref_total, rtol=1e-11, atol=1e-9)
@@ -370,8 +379,8 @@ def test_wide_kernels_run_the_blas_on_one_thread_and_restore_it(
         kernels.group_pass(X, X[:3].clone(), torch.tensor([2, 1, 1]), 1.0, "entmax15", None,
                            objective=True, split=None, hard_tol=1e-7)
         labels = torch.arange(len(X)) % 4
-        kernels.hartigan_rows(X, X[:4].double(), torch.bincount(labels).double(), labels, None,
-                              torch.arange(len(X)))
+        search_kernels.hartigan_rows(X, X[:4].double(), torch.bincount(labels).double(),
+                                     labels, None, torch.arange(len(X)))
         assert blas_threads() == before
     assert len(seen) == 4
     assert all(threads == [1] * len(before) for threads in seen), seen
@@ -390,9 +399,9 @@ def test_usable_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     # partial sums too large for two blocks; large ones are cut into fewer blocks
     assert not kernels.usable(torch.randn(50, 2), 1 << 22)
     assert kernels.usable(torch.randn(50, 2), 1 << 20)
-    assert kernels._blocks(10**6, 1 << 20) == kernels.MAX_PARTIAL_ENTRIES // (1 << 20) == 8
-    assert kernels._blocks(10**6) == kernels.MAX_BLOCKS
-    assert kernels._blocks(1000) == 2
+    assert kernels.blocks(10**6, 1 << 20) == kernels.MAX_PARTIAL_ENTRIES // (1 << 20) == 8
+    assert kernels.blocks(10**6) == kernels.MAX_BLOCKS
+    assert kernels.blocks(1000) == 2
     monkeypatch.setenv("RBFKMEANS_KERNELS", "0")
     assert not kernels.usable(torch.randn(50, 2), 3)
 
@@ -553,7 +562,7 @@ def test_bounded_lloyd_passes_equal_full_passes_bit_for_bit(
     X = np.ascontiguousarray(X.astype(dt))
     C0 = X[rng.integers(0, n, size=k)].copy()  # duplicates when k > distinct rows
     w = (rng.uniform(0.0, 3.0, size=n) if weighted else np.empty(0)).astype(dt)
-    nb = kernels._blocks(n)
+    nb = kernels.blocks(n)
     none_i, none_f = np.empty(0, np.int64), np.empty(0)
     got = _lloyd_loops.lloyd(X, C0, w, 100, 0.0, nb, False, np.inf, 0.0, 0.0, 0, none_i, none_f,
                              none_f, none_i, none_i, 2.0**-53, False,
@@ -576,8 +585,8 @@ def _wide_lloyd(X: np.ndarray, C0: np.ndarray, w: np.ndarray, grouped: bool,
     none_i, none_f = np.empty(0, np.int64), np.empty(0)
     group_of = kernels.centroid_groups(torch.from_numpy(C0), kernels.bound_groups(n, k)).numpy() \
         if grouped else none_i
-    with kernels._launch(blas=True):
-        return _lloyd_loops.lloyd(X, C0, w, max_iter, 0.0, kernels._blocks(n), True, np.inf,
+    with kernels.launch(blas=True):
+        return _lloyd_loops.lloyd(X, C0, w, max_iter, 0.0, kernels.blocks(n), True, np.inf,
                                   0.0, 0.0, 0, none_i, none_f, none_f, none_i, group_of,
                                   float(np.finfo(X.dtype).eps) / 2, False,
                                   np.empty((0, 0), np.float32), none_f,
@@ -948,7 +957,7 @@ def test_wide_swap_costs_equal_the_torch_passes(weighted: bool,
     labels = cluster_stats(data, C, 0.0, "hard", return_labels=True).labels
     assert labels is not None
     V = torch.randn(7, 60, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    U = kernels.scatter_pass(X, C, labels, V, w)
+    U = search_kernels.scatter_pass(X, C, labels, V, w)
     dense = torch.stack([
         ((X[labels == a] - C[a]).T * (1.0 if w is None else w[labels == a])) @ (
             (X[labels == a] - C[a]) @ V[a]) for a in range(7)])

@@ -1,6 +1,6 @@
 """When the compiled kernels run (:mod:`rbfkmeans.precompile`): the ``RBFKMEANS_KERNELS`` modes,
 the stamp, the decision a fit pins for all its passes, the background compile a fit starts only
-where it pays back (and only once), the compile lock, and that :func:`kernels.warm_up` compiles
+where it pays back (and only once), the compile lock, and that :func:`warmup.warm_up` compiles
 every signature the fits take (in a fresh process: no fit compiles anything after it).
 
 References: the torch passes, which the rest of the suite checks against independent ones; a
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits, load_iris
 
-from rbfkmeans import RBFKMeans, kernels, precompile
+from rbfkmeans import RBFKMeans, kernels, precompile, warmup
 from rbfkmeans.cli import main as cli_main
 
 
@@ -42,9 +42,9 @@ def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[list[str]]:
 
 @pytest.fixture
 def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the kernel calls (every kernel runs inside ``kernels._launch``)."""
+    """Counts the kernel calls (every kernel runs inside ``kernels.launch``)."""
     calls: list[int] = []
-    launch = kernels._launch
+    launch = kernels.launch
 
     @contextmanager
     def counted(blas: bool = False) -> Iterator[None]:
@@ -52,7 +52,7 @@ def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         with launch(blas):
             yield
 
-    monkeypatch.setattr(kernels, "_launch", counted)
+    monkeypatch.setattr(kernels, "launch", counted)
     return calls
 
 
@@ -127,10 +127,10 @@ def test_machine_code_of_other_sources_is_deleted_before_a_compile(
     assert all(f.exists() for f in files)
     order: list[str] = []
     monkeypatch.setattr(precompile, "clear_stale", lambda: order.append("clear") or 0)
-    monkeypatch.setattr(kernels, "_warm_calls",
+    monkeypatch.setattr(warmup, "_warm_calls",
                         lambda dt, w: [("kernel", lambda: order.append("compile"))])
     monkeypatch.setenv(precompile.ENV, "1")
-    kernels.warm_up()
+    warmup.warm_up()
     assert order[0] == "clear"
     assert order.count("clear") == 1
     assert "compile" in order
@@ -247,7 +247,7 @@ def test_the_command_compiles_with_progress(tmp_path: Path, monkeypatch: pytest.
             seen.append((i, 3, f"step {i}"))
             progress(i, 3, f"step {i}")
 
-    monkeypatch.setattr(kernels, "warm_up", warm_up)
+    monkeypatch.setattr(warmup, "warm_up", warm_up)
     assert cli_main(["kernels"]) == 0
     out = capsys.readouterr().out
     assert "[3/3] step 3" in out
@@ -257,7 +257,7 @@ def test_the_command_compiles_with_progress(tmp_path: Path, monkeypatch: pytest.
 
 _FITS_AFTER_WARM_UP = r"""
 import numpy as np, torch
-from rbfkmeans import RBFKMeans, _lloyd_loops, _loops, _squarem_loops, _wide_loops, kernels
+from rbfkmeans import RBFKMeans, _lloyd_loops, _loops, _squarem_loops, _wide_loops, warmup
 from numba.core.registry import CPUDispatcher
 from sklearn.datasets import make_blobs
 
@@ -269,7 +269,7 @@ def signatures():
                 out[f"{mod.__name__}.{name}"] = sorted(map(str, f.signatures))
     return out
 
-kernels.warm_up()
+warmup.warm_up()
 before = signatures()
 rng = np.random.default_rng(0)
 narrow = make_blobs(3000, 4, centers=8, random_state=0)[0]

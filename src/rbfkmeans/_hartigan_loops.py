@@ -1,6 +1,6 @@
-r"""The compiled scoring of Hartigan's moves behind :func:`rbfkmeans.kernels.hartigan_pass`
-and :func:`rbfkmeans.kernels.hartigan_rows` (numba; the equation is in
-:mod:`rbfkmeans.hartigan`).
+r"""The compiled scoring of Hartigan's moves behind
+:func:`rbfkmeans.search_kernels.hartigan_pass` and :func:`rbfkmeans.search_kernels.hartigan_rows`
+(numba; the equation is in :mod:`rbfkmeans.hartigan`).
 
 For each row ``i`` of weight ``w_i`` in cluster ``a`` that the caller's bounds leave, it finds
 the cluster ``b != a`` with the smallest ``w_i N_b / (N_b + w_i) ||x_i - c_b||^2`` and the gain

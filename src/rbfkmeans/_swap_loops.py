@@ -1,6 +1,6 @@
 r"""The compiled loops of the swap search's statistics (numba; the equations are in
-:mod:`rbfkmeans.kernels` and :mod:`rbfkmeans.swaps`): each row's removal cost and its cluster's
-scatter matrix (:func:`spread`), the products ``A_j v_j`` of the scatter matrices with one
+:mod:`rbfkmeans.search_kernels` and :mod:`rbfkmeans.costs`): each row's removal cost and its
+cluster's scatter matrix (:func:`spread`), the products ``A_j v_j`` of the scatter matrices with one
 vector per cluster (:func:`scatter_times`), the two halves of each cluster cut through its
 centroid (:func:`halves`), each cluster's farthest row by the gain of isolating it
 (:func:`far_rows`) and the rows nearer to that row than to the centroid (:func:`far_cells`). The

@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import kernels
+from . import kernels, search_kernels
 from ._validation import check_positive_int
 from .passes import Data, check_data, check_labels, nearest
 from .sparse import dense, is_sparse
@@ -60,7 +60,7 @@ def _removal_and_own(data: Data, C: Tensor, labels: Tensor) -> tuple[Tensor, Ten
     """:func:`removal_costs`, and each local row's ``d_i^(1)`` (n,) where the pass computes it
     (the chunked torch pass; None from the compiled one)."""
     if kernels.usable(data.X, C.shape[0]):
-        removal = kernels.spread_pass(data.X, C, labels, data.w, scatter=False)[0]
+        removal = search_kernels.spread_pass(data.X, C, labels, data.w, scatter=False)[0]
         data.comm.sum_(removal)
         return removal, None
     two = nearest(data, C, two=True).dist  # (n, 2)
@@ -79,7 +79,7 @@ def _scatter_times(data: Data, C: Tensor, labels: Tensor, V: Tensor) -> Tensor:
     (float64, chunked)."""
     k, d = C.shape
     if kernels.usable(data.X, k, scores=True):  # wide data: one compiled sweep
-        U = kernels.scatter_pass(data.X, C, labels, V, data.w)
+        U = search_kernels.scatter_pass(data.X, C, labels, V, data.w)
         data.comm.sum_(U)
         return U
     U = torch.zeros(k, d, dtype=torch.float64, device=data.X.device)
@@ -110,7 +110,7 @@ def _halves(data: Data, C: Tensor, labels: Tensor, V: Tensor) -> tuple[Tensor, T
     normal to ``V_a`` (entry ``2a + 1`` the side ``(x - c_a).V_a > 0``), float64, local."""
     k, d = C.shape
     if kernels.usable(data.X, 2 * k, scores=True):  # wide data: one compiled sweep
-        return kernels.halves_pass(data.X, C, labels, V, data.w)
+        return search_kernels.halves_pass(data.X, C, labels, V, data.w)
     dev = data.X.device
     count = torch.zeros(2 * k, dtype=torch.float64, device=dev)
     total = torch.zeros(2 * k, d, dtype=torch.float64, device=dev)
@@ -145,7 +145,7 @@ def _far_cells(data: Data, C: Tensor, labels: Tensor, far: Tensor,
     ``2 x . (c_j - f_j) < ||c_j||^2 - ||f_j||^2``, the same test without differences."""
     k, d = C.shape
     if kernels.usable(data.X, k):  # few features on the CPU: one compiled sweep
-        return kernels.cells_pass(data.X, C, labels, far, data.w)
+        return search_kernels.cells_pass(data.X, C, labels, far, data.w)
     dev, f64, sparse = data.X.device, torch.float64, is_sparse(data.X)
     count = torch.zeros(k, dtype=f64, device=dev)
     total = torch.zeros(k, d, dtype=f64, device=dev)
@@ -227,7 +227,7 @@ def swap_costs(
     scatter: Tensor | None = None
     own: Tensor | None = None  # (n,) d_i^(1), where the removal's pass gives it
     if fused:
-        removal, scatter = kernels.spread_pass(data.X, C, labels, data.w)
+        removal, scatter = search_kernels.spread_pass(data.X, C, labels, data.w)
         comm.sum_(removal, scatter)
     else:
         removal, own = _removal_and_own(data, C, labels)
@@ -239,7 +239,7 @@ def swap_costs(
             U = _scatter_times(data, C, labels, V)
         V = U / U.norm(dim=1, keepdim=True).clamp(min=1e-300)  # 0 for a cluster of one point
     if fused:
-        count, total = kernels.halves_pass(data.X, C, labels, V, data.w)
+        count, total = search_kernels.halves_pass(data.X, C, labels, V, data.w)
     else:
         count, total = _halves(data, C, labels, V)
     comm.sum_(count, total)
@@ -281,7 +281,7 @@ def _farthest_rows(data: Data, C: Tensor, labels: Tensor, size: Tensor,
         own = nearest(data, C).dist
     compiled = kernels.usable(data.X, k)
     if compiled:  # few features on the CPU: one compiled sweep
-        best, row, dist = kernels.far_pass(data.X, C, labels, data.w, size)
+        best, row, dist = search_kernels.far_pass(data.X, C, labels, data.w, size)
         found = (row >= 0).nonzero().squeeze(1)
         rows[found] = data.X[row[found]].double()
         weights[found] = 1.0 if data.w is None else data.w[row[found]].double()

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from . import kernels
+from . import kernels, search_kernels
 from ._validation import check_nonnegative, check_positive_int
 from .lloyd import LloydResult, distance_bounds
 from .passes import Data, check_data
@@ -177,7 +177,7 @@ def _candidates(data: Data, C: Tensor, N: Tensor, labels: Tensor,
         # the bounds leave, from differences (few features) or BLAS products (wide rows)
         idx = torch.arange(data.n) if active is None else active
         narrow = kernels.usable(data.X, k)
-        sweep = kernels.hartigan_pass if narrow else kernels.hartigan_rows
+        sweep = search_kernels.hartigan_pass if narrow else search_kernels.hartigan_rows
         gain, target, own, near, first, second = sweep(data.X, C, N, labels, data.w, idx)
         if bounds is not None:  # the products' rounding, or the differences' (d + 2 terms)
             eps = torch.finfo(torch.float64).eps * (data.d + 2) if narrow else \

@@ -18,11 +18,11 @@ compiler. ``RBFKMEANS_KERNELS`` in the environment chooses:
   every pass of one fit runs on the same path, and under ``torch.distributed`` every rank takes
   the kernels only when all of them can;
 * ``1``: the kernels always, each compiled at its first call if it is not cached (the test
-  suite and the benchmarks, after :func:`rbfkmeans.kernels.warm_up`);
+  suite and the benchmarks, after :func:`rbfkmeans.warmup.warm_up`);
 * ``0``: the torch passes always.
 
 ``rbfkmeans kernels`` compiles them in the foreground, with progress (:func:`main`);
-:func:`rbfkmeans.kernels.warm_up` does it from Python. Either writes the stamp.
+:func:`rbfkmeans.warmup.warm_up` does it from Python. Either writes the stamp.
 """
 
 from __future__ import annotations
@@ -306,10 +306,10 @@ def _exclusive(folder: Path) -> Iterator[bool]:
 
 def compile_all(progress: Callable[[int, int, str], None] | None = None) -> float:
     """Compile (or load) every kernel and write the stamp; the seconds it took."""
-    from . import kernels
+    from . import warmup
 
     t0 = time.perf_counter()
-    kernels.warm_up(progress=progress)
+    warmup.warm_up(progress=progress)
     return time.perf_counter() - t0
 
 
