@@ -454,3 +454,13 @@ def test_wide_float32_distances_and_fit_inertia_against_float64() -> None:
     J = sum(float(((X64[i] - C64[fit.labels_[i]]) ** 2).sum()) for i in range(6))
     assert fit.inertia_ == pytest.approx(J, rel=1e-6)
     assert -fit.score(X.numpy()) == pytest.approx(J, rel=1e-6)
+
+
+def test_no_features_gives_zero_distances() -> None:
+    """With ``d = 0`` every point coincides with every centroid: ``D = 0`` (n, k), and the
+    objectives built on it are those of zero distances (``J = 0``, ``F_T = -2T n log k``)."""
+    X, C = torch.zeros(4, 0, dtype=torch.float64), torch.zeros(3, 0, dtype=torch.float64)
+    assert torch.equal(sq_distances(X, C), torch.zeros(4, 3, dtype=torch.float64))
+    assert rk.kmeans_objective(X, C).item() == 0.0
+    torch.testing.assert_close(rk.shannon_objective(X, C, 0.5),
+                               torch.tensor(-2 * 0.5 * 4 * np.log(3), dtype=torch.float64))

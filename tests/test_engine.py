@@ -425,3 +425,33 @@ def test_anneal_with_the_default_step_equals_soft_lloyd_per_temperature(name: st
         assert h["n_iter"] == it
         assert h["objective"] == pytest.approx(st_.objective, rel=1e-12)
     assert res.temperatures == temps
+
+
+@pytest.mark.parametrize("assignment", ["softmax", "entmax15", "hard"])
+def test_macqueen_updates_of_far_float32_rows_equal_float64(assignment: str) -> None:
+    """Rows whose squared distances overflow float32 (``|x - c|`` near 3e19 and 6e19) move the
+    centroids as in float64: the point goes to its nearest centroid, not half to each."""
+    X = torch.tensor([[3e19, 0.0], [-2e19, 1e19]])
+    C = torch.tensor([[0.0, 0.0], [-3e19, 0.0]])
+    C32, n32 = macqueen_updates(X, C, torch.ones(2), 0.5, assignment)
+    C64, n64 = macqueen_updates(X.double(), C.double(), torch.ones(2, dtype=torch.float64), 0.5,
+                                assignment)
+    assert C32.dtype == n32.dtype == torch.float32
+    assert n64.tolist() == [2.0, 2.0]  # one row each: the nearest centroid takes all its weight
+    torch.testing.assert_close(n32, n64.float())
+    torch.testing.assert_close(C32, C64.float())
+
+
+def test_macqueen_updates_compute_in_the_wider_dtype() -> None:
+    X, C = torch.randn(6, 3, dtype=torch.float64), torch.randn(2, 3, dtype=torch.float64)
+    counts = torch.ones(2, dtype=torch.float64)
+    reference, _ = macqueen_updates(X, C, counts, 0.7, "softmax")
+    low, _ = macqueen_updates(X.half(), C.half(), counts, 0.7, "softmax")  # float16: float32
+    assert low.dtype == torch.float32
+    torch.testing.assert_close(low, macqueen_updates(X.half().float(), C.half().float(),
+                                                     counts, 0.7, "softmax")[0])
+    mixed, _ = macqueen_updates(X.float(), C, counts, 0.7, "softmax")  # float64 C stays float64
+    assert mixed.dtype == torch.float64
+    torch.testing.assert_close(mixed, macqueen_updates(X.float().double(), C, counts, 0.7,
+                                                       "softmax")[0])
+    torch.testing.assert_close(mixed, reference, rtol=1e-6, atol=1e-6)

@@ -370,7 +370,7 @@ def test_weights_of_any_normal_size_give_the_partition_of_unit_weights() -> None
         np.testing.assert_array_equal(est.labels_, base.labels_)
         assert est.inertia_ == pytest.approx(np.ldexp(base.inertia_, e), rel=1e-12)
     with pytest.raises(ValueError, match=r"at least 1\.18e-38 \(the smallest normal number of "
-                                         r"float32, the data's dtype\); got 1e-40"):
+                                         r"float32, the dtype the fit computes in\); got 1e-40"):
         RBFKMeans(4).fit(X0.astype(np.float32), sample_weight=np.full(90, 1e-40))
     # a finite total whose objective overflows float64: the frame's refusal names both
     with pytest.raises(ValueError, match=r"X spreads too far for float64: .* total weight of "
@@ -563,8 +563,9 @@ def test_finite_values_whose_sum_overflows_are_accepted() -> None:
                               r"\(the smallest normal number of float64, .* got 1e-310 at index 0"),
         # a total beyond float64: 'X spreads too far ... largest |x - mean| nan', naming X
         (np.r_[np.ones(70), np.full(20, 1e307)],
-         r"sample_weight must have a finite float64 sum; got a sum beyond 1\.8e308 \(the "
-         r"largest weight 1e\+307 at index 70, over 90 rows\)"),
+         r"sample_weight must have a sum finite in float64 \(the dtype the fit computes in, up "
+         r"to 1\.8e\+308\); got a sum of inf \(the largest weight 1e\+307 at index 70, over 90 "
+         r"rows\)"),
 
     ],
 )
@@ -1480,3 +1481,69 @@ def test_set_output_pandas_wraps_transform_too() -> None:
     np.testing.assert_array_equal(out.to_numpy(), RBFKMeans(3, random_state=0).fit(df)
                                   .transform(df))
     assert isinstance(est.fit_transform(df), pd.DataFrame)
+
+
+def test_fit_rows_below_n_clusters_is_refused() -> None:
+    """A sample of fewer rows than clusters cannot hold a row per centroid (it left a cluster
+    empty, 5.7x the inertia of ``fit_rows=None``); ``fit_rows = n_clusters`` still fits."""
+    X, _ = make_blobs(300, n_features=4, centers=5, random_state=2)
+    with pytest.raises(ValueError, match=r"fit_rows must be None or at least n_clusters=5.*3"):
+        RBFKMeans(5, random_state=0, fit_rows=3).fit(X)
+    model = RBFKMeans(5, random_state=0, fit_rows=5).fit(X)
+    assert np.bincount(model.labels_, minlength=5).min() > 0
+
+
+def test_partial_fit_does_not_continue_a_model_of_another_metric() -> None:
+    """Euclidean centroids are not unit directions: continuing them as cosine ones gave centres
+    of norm ~200 and an ``inertia_`` 40x the spherical objective at those centres."""
+    X, _ = make_blobs(300, n_features=4, centers=5, random_state=2)
+    model = RBFKMeans(5, random_state=0).fit(X + 100)
+    before = model.cluster_centers_.copy()
+    with pytest.raises(ValueError, match=r"metric='cosine' differs from the metric='sqeuclidean'"):
+        model.set_params(metric="cosine").partial_fit(X[:100] + 100)
+    assert np.array_equal(model.cluster_centers_, before)
+    model.set_params(metric="sqeuclidean").partial_fit(X[:100] + 100)  # the same metric: goes on
+    spherical = RBFKMeans(5, random_state=0, metric="cosine").partial_fit(X)
+    with pytest.raises(ValueError, match=r"metric='sqeuclidean' differs"):
+        spherical.set_params(metric="sqeuclidean").partial_fit(X)
+
+
+@pytest.mark.parametrize("returned", [3, None, "adam"])
+def test_an_optimizer_factory_must_return_an_optimizer(returned: Any) -> None:
+    X, _ = make_blobs(200, n_features=3, centers=3, random_state=0)
+    with pytest.raises(TypeError, match=rf"optimizer must build a torch.optim.Optimizer.*"
+                                        rf"returned {type(returned).__name__}"):
+        RBFKMeans(3, solver="gradient", optimizer=lambda params: returned).fit(X)
+    model = RBFKMeans(3, solver="gradient", random_state=0,
+                      optimizer=lambda params: torch.optim.SGD(params, lr=0.1)).fit(X)
+    assert np.isfinite(model.inertia_)
+
+
+def test_float32_fits_refuse_weights_and_data_that_float32_cannot_hold() -> None:
+    """The weights are checked in the dtype the fit computes in, their sum too, and float64 data
+    fitted with ``dtype='float32'`` must keep its values in float32: before, such fits failed
+    inside torch (``linalg.eigh``), named other parameters (``C``, ``w``, a mean of 0), or
+    returned every centre 0 with ``inertia_`` 0."""
+    rng = np.random.default_rng(0)
+    X64 = rng.standard_normal((50, 3))
+    X32 = X64.astype(np.float32)
+    total = r"sample_weight must have a sum finite in float32 .* got a sum of 5e\+39"
+    for kwargs in ({}, {"assignment": "hard"}, {"metric": "cosine"}):
+        with pytest.raises(ValueError, match=total):
+            RBFKMeans(3, **kwargs).fit(X32, sample_weight=np.full(50, 1e38))
+    as32 = RBFKMeans(3, dtype="float32")
+    for call in (as32.fit, as32.partial_fit, as32.fit_batches):
+        with pytest.raises(ValueError, match=r"sample_weight must be finite in float32 .* 1e\+300"):
+            call(X64, sample_weight=np.full(50, 1e300))
+        with pytest.raises(ValueError, match=r"sample_weight must have a largest weight of at "
+                                             r"least 1\.18e-38 .* float32"):
+            call(X64, sample_weight=np.full(50, 1e-50))
+    for factor, top in ((1e40, r"2\.37e\+40"), (1e-50, r"2\.37e-50")):
+        with pytest.raises(ValueError, match=rf"X does not fit dtype='float32': its largest \|x\| "
+                                             rf"is {top}"):
+            RBFKMeans(3, dtype="float32").fit(X64 * factor)
+    # what float32 holds still fits, to float32 rounding of the float64 fit
+    ok = RBFKMeans(3, dtype="float32", random_state=0).fit(X64 * 1e30,
+                                                           sample_weight=np.full(50, 1e36))
+    ref = RBFKMeans(3, random_state=0).fit(X64 * 1e30, sample_weight=np.full(50, 1e36))
+    assert ok.inertia_ == pytest.approx(ref.inertia_, rel=1e-4)

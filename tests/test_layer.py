@@ -411,6 +411,57 @@ def test_state_dict_with_bad_extra_state_raises() -> None:
         layer.load_state_dict(state)
 
 
+def test_a_bad_state_leaves_the_layer_as_it_was() -> None:
+    """The extra state and the centroids are checked before anything is copied: a state with a
+    good temperature but a bad assignment, or NaN centroids, changes nothing."""
+    layer = rk.KMeansLayer(C_INT, temperature=0.5, assignment="entmax15")
+    good = layer.state_dict()
+    C0 = layer.centroids.detach().clone()
+    bad_extra = {**good, "_extra_state": {"temperature": 3.0, "assignment": "bogus"}}
+    with pytest.raises(ValueError, match=r"assignment.*'bogus'"):
+        layer.load_state_dict(bad_extra)
+    assert (layer.temperature, layer.assignment) == (0.5, "entmax15")
+    nan_C = C0.clone()
+    nan_C[0, 0] = math.nan
+    with pytest.raises(ValueError, match=r"centroids.*finite"):
+        layer.load_state_dict({**good, "centroids": nan_C,
+                               "_extra_state": {"temperature": 2.0, "assignment": "softmax"}})
+    assert torch.equal(layer.centroids.detach(), C0)
+    assert (layer.temperature, layer.assignment) == (0.5, "entmax15")
+    with pytest.raises(TypeError, match="extra state must be a dict"):
+        layer.load_state_dict({**good, "_extra_state": [0.5, "softmax"]})
+
+
+def test_a_temperature_parameter_is_refused() -> None:
+    """``nn.Module`` registers a Parameter before the property's check would run; the layer
+    reads its temperature as a float, so a Parameter would be unchecked and never trained."""
+    for value in (-1.0, 1.0):
+        with pytest.raises(TypeError, match=r"temperature.*nn.Parameter"):
+            rk.KMeansLayer(C_INT, torch.nn.Parameter(torch.tensor(value)))
+    layer = rk.KMeansLayer(C_INT)
+    with pytest.raises(TypeError, match=r"temperature.*nn.Parameter"):
+        layer.temperature = torch.nn.Parameter(torch.tensor(0.5))
+    assert layer.temperature == 1.0
+    assert [name for name, _ in layer.named_parameters()] == ["centroids"]
+
+
+def test_predict_and_objective_refuse_non_finite_rows() -> None:
+    """The forward pass scans nothing (documented); ``predict`` and ``objective`` do not
+    return an answer for NaN or inf rows."""
+    layer = rk.KMeansLayer(C_INT, temperature=0.5)
+    for bad in (math.nan, math.inf, -math.inf):
+        X = torch.tensor([[0.0, 0.0], [bad, 1.0]])
+        with pytest.raises(ValueError, match="X must be finite"):
+            layer.predict(X)
+        with pytest.raises(ValueError, match=r"objective is not finite.*X"):
+            layer.objective(X)
+        sparse = X.to_sparse_csr()
+        with pytest.raises(ValueError, match="X must be finite"):
+            layer.predict(sparse)
+    X = torch.tensor([[0.0, 0.0], [3.0, 1.0]])
+    assert layer.predict(X).tolist() == torch.cdist(X, layer.centroids).argmin(1).tolist()
+
+
 def test_buffer_when_not_learnable() -> None:
     layer = rk.KMeansLayer(C_INT, learnable=False)
     assert list(layer.parameters()) == []

@@ -429,3 +429,26 @@ def test_entropy_bound_values() -> None:
     for name in SOFT:
         u = np.full((1, 5), 0.2)
         assert math.isclose(rk.entropy_bound(name, 5), float(omega(name, u)[0]), rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.bool])
+def test_weights_that_are_not_real_numbers_are_refused(dtype: torch.dtype) -> None:
+    X, C = torch.randn(5, 3, dtype=torch.float64), torch.randn(2, 3, dtype=torch.float64)
+    w = torch.ones(5, dtype=dtype)
+    for call in (lambda: rk.kmeans_objective(X, C, w),
+                 lambda: rk.shannon_objective(X, C, 1.0, w)):
+        with pytest.raises(TypeError, match=rf"sample_weight.*{str(dtype).split('.')[1]}"):
+            call()
+
+
+def test_an_overflowing_entropy_term_names_the_temperature() -> None:
+    """``F_T`` of 100 points of spread 1 at ``T = 1e307`` overflows float64 through ``T H``
+    alone (``J`` is about 300): the error names the temperature, not the distances."""
+    X = torch.randn(100, 3, generator=torch.Generator().manual_seed(0))
+    C = X[:2].clone()
+    assert math.isfinite(rk.kmeans_objective(X.double(), C.double()).item())
+    for objective in (rk.shannon_objective, rk.tsallis_objective):
+        with pytest.raises(ValueError, match=r"temperature=1e\+307 is too large"):
+            objective(X, C, 1e307)
+    with pytest.raises(ValueError, match="too far apart"):  # the distances themselves overflow
+        rk.kmeans_objective(X.double() * 1e160, C.double())

@@ -16,16 +16,18 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import numpy as np
+import scipy.sparse
 import torch
 
+from ._validation import largest_magnitude, tensor_of
 from .assignments import ASSIGNMENTS
 from .comm import Comm
 from .metrics import METRICS
 
 __all__ = [
     "PARAMETERS", "SCHEDULES", "Shards", "agree_on_shards", "as_float32_if_half",
-    "check_sample_weight", "device_available", "is_int", "is_real", "parameters_key",
-    "raise_on_every_rank", "restored_on_failure", "torch_dtype",
+    "check_fits_float32", "check_sample_weight", "device_available", "is_int", "is_real",
+    "parameters_key", "raise_on_every_rank", "restored_on_failure", "torch_dtype",
 ]
 
 
@@ -231,6 +233,20 @@ def _raise_if_rejected(flags: torch.Tensor, error: Exception | None, what: str) 
                          "fits")
 
 
+def check_fits_float32(X: Any) -> None:
+    """Raise ``ValueError`` naming ``X`` unless float64 data keeps its values in float32 (the
+    ``dtype='float32'`` of a fit): its largest ``|x|`` at most float32's largest number, and,
+    unless every entry is 0, at least float32's smallest normal one (below, every entry would
+    become 0 or lose its bits; the fit's frame rescales only after the conversion)."""
+    values = X.data if scipy.sparse.issparse(X) else X  # sparse: the stored entries
+    top = largest_magnitude(tensor_of(values)) if values.size else 0.0
+    info = np.finfo(np.float32)
+    if top > float(info.max) or 0.0 < top < float(info.tiny):
+        raise ValueError(f"X does not fit dtype='float32': its largest |x| is {top:.3g}, float32 "
+                         f"holds {float(info.tiny):.3g} to {float(info.max):.3g}; rescale X or "
+                         "use dtype='float64'")
+
+
 def check_sample_weight(sample_weight: Any, n: int, dtype: Any = np.float64, *,
                         all_zero: bool = False) -> np.ndarray:
     """``sample_weight`` as an array (n,) of ``dtype``: a scalar is every row's weight; each entry
@@ -263,19 +279,21 @@ def check_sample_weight(sample_weight: Any, n: int, dtype: Any = np.float64, *,
         total = float(values.sum())
     if not np.isfinite(out).all():  # finite in float64, beyond the compute dtype (float32)
         i = int(np.flatnonzero(~np.isfinite(out))[0])
-        raise ValueError(f"sample_weight must be finite in {np.dtype(dtype)} (the data's "
-                         f"dtype); got {sw[i].item()!r} at index {i}")
-    if not math.isfinite(total):
+        raise ValueError(f"sample_weight must be finite in {np.dtype(dtype)} (the dtype the "
+                         f"fit computes in); got {sw[i].item()!r} at index {i}")
+    most = float(np.finfo(out.dtype).max)
+    if not total <= most:  # the fit's weighted sums are formed in the compute dtype
         i = int(values.argmax())
-        raise ValueError(f"sample_weight must have a finite float64 sum; got a sum beyond "
-                         f"1.8e308 (the largest weight {sw[i].item()!r} at index {i}, over {n} "
-                         "rows); rescale sample_weight (a common factor changes no cluster)")
+        raise ValueError(f"sample_weight must have a sum finite in {out.dtype} (the dtype the "
+                         f"fit computes in, up to {most:.3g}); got a sum of {total:.3g} (the "
+                         f"largest weight {sw[i].item()!r} at index {i}, over {n} rows); "
+                         "rescale sample_weight (a common factor changes no cluster)")
     tiny = float(np.finfo(out.dtype).tiny)
-    if n and 0.0 < float(out.max()) < tiny:  # every weight subnormal: sums and means lose bits
-        i = int(out.argmax())
+    if n and float(values.max()) > 0.0 and float(out.max()) < tiny:  # every weight subnormal
+        i = int(values.argmax())  # (or 0) in the compute dtype: sums and means lose bits
         raise ValueError(f"sample_weight must have a largest weight of at least {tiny:.3g} (the "
-                         f"smallest normal number of {out.dtype}, the data's dtype); got "
-                         f"{sw[i].item()!r} at index {i}; rescale sample_weight (a common "
+                         f"smallest normal number of {out.dtype}, the dtype the fit computes in); "
+                         f"got {sw[i].item()!r} at index {i}; rescale sample_weight (a common "
                          "factor changes no cluster)")
     return out
 

@@ -177,6 +177,8 @@ def reference_point(C: torch.Tensor) -> torch.Tensor:
     ``x`` and ``c`` lie on that grid (integer data stays exact, ties stay ties). One centroid, or
     coincident ones, are their own reference."""
     C = C.detach()
+    if C.shape[-1] == 0:  # no features: every distance is 0 (a static shape: traceable)
+        return C.new_zeros(0)
     mean = C.mean(dim=0)  # (d,)
     spread = (C - mean).abs().amax(dim=(0, 1))  # tensor operations only: no sync, traceable
     q = torch.exp2(torch.floor(torch.log2(spread)))  # the power of two at or below s

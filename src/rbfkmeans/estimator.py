@@ -48,6 +48,7 @@ from ._parameters import (
     PARAMETERS,
     agree_on_shards,
     as_float32_if_half,
+    check_fits_float32,
     check_sample_weight,
     parameters_key,
     restored_on_failure,
@@ -326,6 +327,10 @@ class RBFKMeans(
                 f"a {type(self.init).__name__}"
             raise ValueError("schedule='k-means++' draws its own greedy k-means++ starts: init "
                              f"must be 'auto' or 'k-means++'; got init={got}")
+        if self.fit_rows is not None and self.fit_rows < self.n_clusters:
+            raise ValueError(f"fit_rows must be None or at least n_clusters={self.n_clusters} "
+                             f"(a sample of fewer rows leaves clusters empty); got "
+                             f"fit_rows={self.fit_rows}")
 
     @property
     def _hard(self) -> bool:
@@ -365,6 +370,8 @@ class RBFKMeans(
 
     def _to_torch(self, X: np.ndarray) -> Tensor:
         dt = self._compute_dtype(X) if not hasattr(self, "_dtype_") else self._dtype_
+        if X.dtype == np.float64 and dt == torch.float32:  # dtype='float32' on float64 X
+            check_fits_float32(X)
         if sp.issparse(X):
             return SparseRows.from_scipy(X, dt, self._torch_device())  # type: ignore[return-value]
         return tensor_of(X).to(device=self._torch_device(), dtype=dt)
@@ -373,8 +380,10 @@ class RBFKMeans(
                  ) -> Tensor | None:
         if sample_weight is None:
             return None
-        sw = check_sample_weight(sample_weight, X.shape[0], X.dtype,
-                                 all_zero=all_zero)  # (n,) a copy
+        dt = getattr(self, "_dtype_", None)
+        dtype = X.dtype if dt is None else (np.float32 if dt == torch.float32 else np.float64)
+        sw = check_sample_weight(sample_weight, X.shape[0], dtype,
+                                 all_zero=all_zero)  # (n,) a copy, in the compute dtype
         return torch.from_numpy(sw).to(device=self._torch_device(), dtype=self._dtype_)
 
     def _data(self, Xt: Tensor, w: Tensor | None = None, comm: Comm | None = None) -> Data:
@@ -491,6 +500,7 @@ class RBFKMeans(
         elif folded is not None:  # every row takes the label of its distinct row
             best["labels"] = best["labels"][folded.inverse]
         self._frame_ = frame
+        self._metric_ = self.metric  # the geometry of the centroids (partial_fit continues it)
         self._set_fitted(best, X)
         # MacQueen counts for a later partial_fit: the (weighted) size of each cluster
         counts = torch.as_tensor(np.bincount(

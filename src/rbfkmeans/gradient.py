@@ -159,6 +159,10 @@ class GradientStep:
         check_finite(check_matrix(C0, "C0", "(k, d)"), "C0")  # (k, d): small
         self.layer = KMeansLayer(C0, temperature=1.0, assignment=self.assignment.name)
         self.opt = optimizer(self.layer.parameters()) if optimizer is not None else None
+        if optimizer is not None and not isinstance(self.opt, torch.optim.Optimizer):
+            raise TypeError("optimizer must build a torch.optim.Optimizer from the parameters "
+                            f"it is given; {optimizer!r} returned {type(self.opt).__name__} "
+                            f"{self.opt!r}"[:300])
         self.max_iter = check_positive_int(max_iter, "max_iter")
         self.tol = check_nonnegative(tol, "tol")
 

@@ -20,12 +20,20 @@ normalised inputs ``x_hat = x / ||x||``, and the centroids are kept on the unit 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ._validation import check_matrix, check_temperature, check_tensor, compute_dtype, tensor_of
+from ._validation import (
+    check_finite,
+    check_matrix,
+    check_temperature,
+    check_tensor,
+    compute_dtype,
+    tensor_of,
+)
 from .assignments import check_assignment, get_assignment
 from .distances import membership_scores, sq_distances
 from .mappings import hardmax
@@ -64,6 +72,13 @@ class KMeansLayer(nn.Module):
     simplex, differentiable in ``X`` and ``C``. float16/bfloat16 inputs are computed in float32.
     A 2-D torch sparse tensor (COO or CSR) ``X`` (n, d) is read through one sparse-dense product
     ``X C^T`` (``||x||^2`` from its stored entries), never densified; the gradient reaches ``C``.
+    ``temperature`` is a number (an ``nn.Parameter`` is refused: anneal it by assignment).
+
+    ``forward``, ``distances`` and ``scores`` scan nothing, as :func:`rbfkmeans.sq_distances`
+    (a scan every step would cost about as much as the distances, and a device synchronisation):
+    NaN or inf in ``X`` give NaN rows there. ``predict`` refuses them, naming ``X``, and
+    ``objective`` looks at its scalar result once, as the functions of
+    :mod:`rbfkmeans.objectives` do.
     """
 
     centroids: Tensor
@@ -140,14 +155,33 @@ class KMeansLayer(nn.Module):
     def n_features(self) -> int:
         return int(self.centroids.shape[1])
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # nn.Module registers a Parameter before any property setter runs: a temperature given
+        # as one would skip the check and never be trained (the forward reads a float)
+        if name == "temperature" and isinstance(value, nn.Parameter):
+            raise TypeError("temperature must be a number (a hyper-parameter: anneal it by "
+                            "assigning floats); got an nn.Parameter "
+                            f"{value.detach().reshape(-1)[:4].tolist()!r}")
+        super().__setattr__(name, value)
+
     def get_extra_state(self) -> dict[str, Any]:
         return {"temperature": self.temperature, "assignment": self.assignment,
                 "metric": self.metric}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
-        self.temperature = state["temperature"]
-        self.assignment = state["assignment"]
-        self.metric = state.get("metric", "sqeuclidean")  # states saved before metrics existed
+        # all checked before any is set: a bad state leaves the layer as it was
+        self._temperature, self._assignment, self._metric = _checked_state(state)
+
+    def _load_from_state_dict(self, state_dict: Mapping[str, Any], prefix: str,
+                              *args: Any, **kwargs: Any) -> None:
+        C = state_dict.get(prefix + "centroids")
+        if isinstance(C, Tensor) and not C.is_meta and not bool(torch.isfinite(C).all()):
+            raise ValueError(f"{prefix}centroids in the state dict must be finite; got NaN or "
+                             "inf entries (the layer is left as it was)")
+        extra = state_dict.get(prefix + "_extra_state")
+        if extra is not None:
+            _checked_state(extra)  # before torch copies anything
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
         return (
@@ -236,8 +270,13 @@ class KMeansLayer(nn.Module):
 
     def predict(self, X: Tensor) -> Tensor:
         """Index of the nearest centroid (ties to the lowest index), shape (...); for cosine
-        the most similar one."""
-        return self._sq(X).argmin(dim=-1)
+        the most similar one. NaN or inf in ``X`` raise (``ValueError`` naming ``X``)."""
+        D = self._sq(X)
+        if not (X.is_sparse or X.layout == torch.sparse_csr):
+            check_finite(X, "X")
+        elif not bool(torch.isfinite(D).all()):
+            raise ValueError("X must be finite; its stored entries hold NaN or inf")
+        return D.argmin(dim=-1)
 
     def objective(self, X: Tensor, sample_weight: Tensor | None = None) -> Tensor:
         """The relaxed objective of this layer's mapping at its temperature (``J`` at ``T = 0``);
@@ -246,6 +285,11 @@ class KMeansLayer(nn.Module):
         cos_ij)`` at ``T = 0``, ``sum_i w_i (1 - T logsumexp_j(cos_ij / T))`` for softmax."""
         D = self._sq(X).reshape(-1, self.n_clusters)
         F = objective_from_distances(D, self.temperature, self.assignment, sample_weight)
+        if not bool(torch.isfinite(F)):  # one look at the scalar
+            raise ValueError(
+                f"the objective is not finite ({F.item()!r}): X holds NaN or inf, or entries "
+                "whose squared distances to the centroids overflow its dtype "
+                f"({self.centroids.dtype}); check X, or compute in float64")
         return F * get_metric(self.metric).objective_scale
 
     # -- the Linear form --------------------------------------------------------------------
@@ -319,6 +363,16 @@ class KMeansLayer(nn.Module):
                     f"{err:.3g}); pass the temperature used by as_linear, or check_bias=False"
                 )
         return cls(C, temperature=T, assignment=assignment)
+
+
+def _checked_state(state: Any) -> tuple[float, str, str]:
+    """The temperature, assignment and metric of a layer's extra state, each checked (states
+    saved before metrics existed have none: squared Euclidean)."""
+    if not isinstance(state, dict):
+        raise TypeError(f"the layer's extra state must be a dict; got {type(state).__name__}")
+    return (check_temperature(state.get("temperature"), "temperature"),
+            check_assignment(state.get("assignment"), "assignment"),
+            check_metric(state.get("metric", "sqeuclidean"), "metric"))
 
 
 def _check_cosine_linear(linear: nn.Linear, C: Tensor, T: float, atol: float, rtol: float) -> None:

@@ -26,6 +26,7 @@ By the envelope theorem every relaxation has ``dF_T/dc_j = 2 N_j (c_j - m_j)`` w
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -53,7 +54,15 @@ def _weights(w: Tensor | None, D: Tensor) -> Tensor | None:
     """``sample_weight`` as a (n,) tensor of D's dtype/device; finite and >= 0, else raise."""
     if w is None:
         return None
-    w = torch.as_tensor(w, dtype=D.dtype, device=D.device)
+    if not isinstance(w, Tensor):  # an array or a list: float64 stays float64
+        try:
+            w = torch.as_tensor(np.ascontiguousarray(w))
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"sample_weight must be a tensor or an array of numbers; got "
+                            f"{type(w).__name__} ({exc})") from None
+    if w.is_complex() or w.dtype == torch.bool:
+        raise TypeError(f"sample_weight must hold real numbers; got dtype {w.dtype}")
+    w = w.to(dtype=D.dtype, device=D.device)
     if w.shape != (D.shape[0],):
         raise ValueError(
             f"sample_weight must have shape ({D.shape[0]},); got {tuple(w.shape)}"
@@ -83,11 +92,15 @@ def _objective(X: Tensor, C: Tensor, T: float, assignment: str,
     F = objective_from_distances(_distances(X, C), T, assignment, sample_weight)
     if bool(torch.isfinite(F)):
         return F
+    D = sq_distances(X.double(), C.double())
     if F.dtype != torch.float64:
-        F = objective_from_distances(sq_distances(X.double(), C.double()), T, assignment,
-                                     sample_weight)
+        F = objective_from_distances(D, T, assignment, sample_weight)
         if bool(torch.isfinite(F)):
             return F
+    if bool(torch.isfinite(objective_from_distances(D, 0.0, "hard", sample_weight))):
+        raise ValueError(  # J is finite: the entropy term T * H overflows
+            f"temperature={T!r} is too large for float64: the objective overflows (got "
+            f"{F.item()!r}) though J at these X and C is finite; use a smaller temperature")
     raise ValueError(
         "X and C are too far apart for float64: the objective overflows (got "
         f"{F.item()!r}); the supported range is max |x - c| * sqrt(4 d sum(w)) < 1.3e154. "

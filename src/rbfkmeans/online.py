@@ -78,6 +78,12 @@ class OnlineFitMixin:
             raise ValueError(
                 f"n_clusters={self.n_clusters} differs from the {self.cluster_centers_.shape[0]} "
                 "clusters of the fitted model that partial_fit would continue; fit again")
+        fitted_metric = getattr(self, "_metric_", self.metric)
+        if not first and fitted_metric != self.metric:
+            raise ValueError(
+                f"metric={self.metric!r} differs from the metric={fitted_metric!r} of the fitted "
+                "model that partial_fit would continue (its centroids are of that geometry); "
+                "fit again")
         X = self._check_X(X, reset=first)
         if first:
             if X.shape[0] < self.n_clusters:
@@ -91,6 +97,7 @@ class OnlineFitMixin:
         spherical = get_metric(self.metric).spherical
         if first:  # the frame of the online fit: its first batch's (rbfkmeans.frame)
             self._frame_ = Frame() if spherical else Frame.choose(Xt, w)
+            self._metric_ = self.metric
         frame = self._fit_frame
         data = self._data(frame.enter(Xt), w)
         T = 0.0 if self.temperature is None else float(self.temperature)
@@ -194,6 +201,7 @@ class OnlineFitMixin:
                 "batches: a batch lies too far from the centroids of the first batches for "
                 "float64 (its squared distances overflow); rescale the batches alike")
         self._frame_ = fit.frame
+        self._metric_ = self.metric
         self.cluster_centers_ = to_numpy(fit.centers())
         self._online_counts = to_numpy(fit.counts)
         self.n_iter_ = fit.steps

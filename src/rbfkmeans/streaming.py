@@ -38,6 +38,7 @@ from ._validation import (
     check_positive_int,
     check_temperature,
     check_vector,
+    compute_dtype,
 )
 from .assignments import Assignment, get_assignment
 from .comm import Comm
@@ -212,6 +213,8 @@ def macqueen_updates(
     from centroids ``C`` (k, d) and running counts ``counts`` (k,). Returns new ``(C, counts)``
     (the inputs are not modified). With ``metric="cosine"`` the rows are normalised and the
     centroids projected back onto the unit sphere after every point (online spherical k-means).
+    Computed in the wider of ``X``'s and ``C``'s dtypes (float16 and bfloat16 in float32), the
+    distances of each point in float64.
     """
     entry = get_assignment(assignment)
     T = check_temperature(T, "T")
@@ -226,18 +229,19 @@ def macqueen_updates(
         check_finite(check_vector(w, "w", X.shape[0]), "w")
         if bool((w < 0).any()):
             raise ValueError("w must be >= 0; got a negative entry")
-    X = geometry.prepare(X, "X")
-    C = geometry.project(C.clone(), None, "C").to(X.dtype)
-    counts = counts.to(X.dtype).clone()
+    dt = compute_dtype(torch.promote_types(X.dtype, C.dtype))  # float16 -> float32
+    X = geometry.prepare(X.to(dt), "X")
+    C = geometry.project(C.to(dt).clone(), None, "C")
+    counts = counts.to(dt).clone()
     hard = entry.hard or T == 0.0
     for i in range(X.shape[0]):
         x = X[i]  # (d,)
-        d = ((C - x) ** 2).sum(dim=1)  # (k,)
+        d = ((C.double() - x.double()) ** 2).sum(dim=1)  # (k,) float64: finite for float32 rows
         if hard:
-            r = torch.zeros_like(d)
+            r = torch.zeros_like(C[:, 0])
             r[int(d.argmin())] = 1.0
-        else:
-            r = entry.forward(d / (-2.0 * T), dim=0)
+        else:  # scores shifted to a maximum of 0 (m ignores a constant): finite at any T > 0
+            r = entry.forward((d - d.min()) / (-2.0 * T), dim=0).to(dt)
         wr = r if w is None else r * w[i]  # (k,)
         C_old = C.clone() if geometry.spherical else C
         counts += wr
