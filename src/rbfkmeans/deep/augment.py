@@ -93,7 +93,7 @@ def affine_images(X: Tensor, image_shape: tuple[int, ...], angles: Tensor, scale
     """A new tensor (b, c*h*w): image ``i`` of ``X`` (b, c*h*w) rotated by ``angles[i]`` radians
     (counter-clockwise as displayed, row 0 at the top), magnified by ``scales[i]`` (> 0) about
     its centre and moved by ``shifts[i] = (dy, dx)`` pixels (module docstring), read bilinearly
-    with zeros outside the image. ``X`` is not modified."""
+    with zeros outside the image; a batch of 0 rows gives (0, c*h*w). ``X`` is not modified."""
     _check_images(X)
     c, h, w = check_image_shape(image_shape, X.shape[1])
     b = X.shape[0]
@@ -111,6 +111,8 @@ def affine_images(X: Tensor, image_shape: tuple[int, ...], angles: Tensor, scale
             raise ValueError(f"{name} must be finite; got {bad}")
     if not bool((scales > 0).all()):
         raise ValueError(f"scales must be > 0; got {scales[scales <= 0][0].item()}")
+    if b == 0:  # no images: affine_grid takes no empty batch
+        return X.clone()
     angles, scales, shifts = (v.to(device=X.device, dtype=X.dtype)
                               for v in (angles, scales, shifts))
     # affine_grid's frame: x to the right, y down, both in [-1, 1], so a pixel spans 2/w in x
@@ -133,7 +135,7 @@ def random_affine(X: Tensor, image_shape: tuple[int, ...], max_shift: float = 0.
     """A new tensor (b, c*h*w): each image of ``X`` turned by up to ``max_rotation`` degrees,
     rescaled by a factor in ``[1 / (1 + max_scaling), 1 + max_scaling]`` and moved by up to
     ``max_shift`` pixels in each direction, each drawn uniformly (the scale's logarithm), per
-    image (module docstring). ``X`` is not modified."""
+    image (module docstring); a batch of 0 rows gives (0, c*h*w). ``X`` is not modified."""
     for name, value, top in (("max_shift", max_shift, math.inf),
                              ("max_rotation", max_rotation, 180.0),
                              ("max_scaling", max_scaling, math.inf)):

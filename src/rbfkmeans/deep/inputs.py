@@ -74,6 +74,17 @@ def as_rows(X: Any, device: torch.device, image_shape: Any = None) -> Tensor:
     return Xt
 
 
+def _row_moments(X: Tensor) -> tuple[Tensor, float]:
+    r"""The mean ``mu = (1/n) sum_i x_i`` (d,) of the rows of ``X`` (n, d), in float64, and the
+    mean squared distance to it, ``tr Sigma = (1/n) sum_i ||x_i - mu||^2``: two passes of blocks
+    of :data:`_BLOCK_ROWS` rows, accumulated in float64 (no (n, d) float64 copy). ``X`` must be a
+    real 2-D tensor with at least one row (the callers check it)."""
+    blocks = X.detach().split(_BLOCK_ROWS)
+    mu = sum(b.sum(0, dtype=torch.float64) for b in blocks) / X.shape[0]  # (d,)
+    trace = float(sum(float((b.double() - mu).square().sum()) for b in blocks)) / X.shape[0]
+    return mu, trace
+
+
 def input_scale(X: Tensor) -> tuple[float, float]:
     """``(s, r)`` of the rows ``X`` (n, d) (module docstring); ``r`` is inf for rows that are all
     equal and off the origin, 0 for rows all at the origin. ``ValueError`` naming ``X`` for NaN
@@ -82,9 +93,7 @@ def input_scale(X: Tensor) -> tuple[float, float]:
         raise ValueError("X must be a non-empty 2-D tensor (n, d); got "
                          f"{type(X).__name__} {tuple(getattr(X, 'shape', ()))}")
     check_tensor(X, "X")
-    blocks = X.detach().split(_BLOCK_ROWS)
-    mu = sum(b.sum(0, dtype=torch.float64) for b in blocks) / X.shape[0]  # (d,)
-    trace = float(sum(float((b.double() - mu).square().sum()) for b in blocks)) / X.shape[0]
+    mu, trace = _row_moments(X)
     norm = float(torch.linalg.vector_norm(mu))
     if not (math.isfinite(trace) and math.isfinite(norm)):
         check_finite(X, "X")  # NaN or inf in X (else finite values whose squares overflow)

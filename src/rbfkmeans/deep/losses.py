@@ -95,6 +95,14 @@ def _memberships(R: object, name: str, like: Tensor | None = None,
     return R
 
 
+def _some_rows(t: Tensor, name: str) -> None:
+    """``ValueError`` naming ``name`` and its shape when the (b, k) tensor ``t`` has no rows (the
+    mean over its rows would be NaN)."""
+    if t.shape[0] == 0:
+        raise ValueError(f"{name} must have at least one row (a mean over its rows is taken); "
+                         f"got shape {tuple(t.shape)}")
+
+
 def mapping_entropy(P: Tensor, assignment: str) -> Tensor:
     r"""Row entropies ``H(P_i)`` (n,) of the mapping's regulariser: Shannon ``-sum p log p``
     (softmax), Tsallis ``(4/3)(1 - sum p^{3/2})`` (entmax15), Gini ``(1/2)(1 - sum p^2)``
@@ -110,6 +118,7 @@ def _check_simplex(P: Tensor, name: str) -> None:
     """Raise a ``ValueError`` naming ``name`` unless the rows of ``P`` (n, k) lie on the simplex:
     entries ``>= 0``, sums 1 within :data:`SIMPLEX_TOL` (one reduction each)."""
     if P.numel():
+        P = P.detach()
         low = float(P.min())
         off = float((P.sum(dim=1, dtype=torch.float64) - 1.0).abs().max())
         if low < 0 or off > SIMPLEX_TOL:
@@ -119,23 +128,42 @@ def _check_simplex(P: Tensor, name: str) -> None:
 
 
 def fenchel_young_loss(D: Tensor, P: Tensor, T: float, assignment: str) -> Tensor:
-    r"""Mean over rows of ``l_T(P_i) / 2T`` (module docstring) from distances ``D`` (n, k) and
-    targets ``P`` (n, k) on the simplex; in distance units (no ``1/2T``) when ``T = 0`` or hard.
+    r"""Mean over rows of ``l_T(P_i) / 2T`` (module docstring) from distances ``D`` (n, k),
+    ``n >= 1``, and targets ``P`` (n, k) on the simplex; in distance units (no ``1/2T``) when
+    ``T = 0`` or hard.
 
     ``l_T = (sum_j P_ij d_ij - 2T H(P_i)) - F_T,i >= 0``; for softmax ``l_T / 2T = KL(P || R)``.
+    Its gradient in ``D`` is ``(P - R) / (2T n)``, so a ``T > 0`` whose ``1 / (2T)`` is beyond
+    ``D``'s dtype (``T < 1.47e-39`` in float32, where the layer's memberships become constants of
+    ``D``, :func:`rbfkmeans.distances.membership_scores`) raises a ``ValueError`` naming ``T``
+    (its value and gradient overflow; ``T = 0`` gives the hard limit, in distance units), and so
+    does a loss that overflows the dtype at a larger ``T``: nothing infinite or NaN is returned.
     """
     D = _memberships(D, "D")
     P = _memberships(P, "P", D, "D")
+    _some_rows(D, "D")
     T = check_real(T, "T", minimum=0.0)
+    entry = get_assignment(assignment)
+    scaled = T > 0.0 and not entry.hard
+    if scaled and 2.0 * T * torch.finfo(D.dtype).max < 1.0:
+        raise ValueError(
+            f"T must be 0 or at least {0.5 / torch.finfo(D.dtype).max:.3g} for {D.dtype} "
+            f"distances: the loss l_T / 2T and its gradient (P - R) / 2T overflow below; got "
+            f"T={T!r} (pass T=0 for the hard limit, in distance units)")
     n = D.shape[0]
     F_sum = objective_from_distances(D, T, assignment)
     # P's rows are not checked against the simplex here (a reduction per call of the training
     # loop): mapping_entropy checks them
-    at_target = (P * D).sum() - 2.0 * T * get_assignment(assignment).entropy(P).sum()
+    at_target = (P * D).sum() - 2.0 * T * entry.entropy(P).sum()
     gap = (at_target - F_sum) / n
-    if T == 0.0 or get_assignment(assignment).hard:
+    if not scaled:
         return gap
-    return gap / (2.0 * T)
+    loss = gap / (2.0 * T)
+    if not bool(torch.isfinite(loss.detach())):
+        raise ValueError(f"the loss l_T / 2T overflows {D.dtype} at T={T!r} (l_T = "
+                         f"{float(gap.detach()):.3g} in distance units): raise T, or pass T=0 "
+                         f"for the hard limit")
+    return loss
 
 
 def target_sizes(R: Tensor, neighbors: Tensor | None = None) -> Tensor:
@@ -175,7 +203,19 @@ def batch_targets(R: Tensor, rows: Tensor | slice, neighbors: Tensor | None, siz
                          "sizes").reshape(-1)
     if sizes.numel() != R.shape[1]:
         raise ValueError(f"sizes must have shape ({R.shape[1]},); got {tuple(sizes.shape)}")
+    if sizes.numel() and float(sizes.min()) < 0:
+        j = int(sizes.argmin())
+        raise ValueError(f"sizes must be soft cluster sizes >= 0 (target_sizes); got "
+                         f"{float(sizes[j]):.6g} for cluster {j}")
     Rbar = R[rows] if neighbors is None else neighbor_average(R, neighbors, rows)  # (b, k)
+    # a size of 0 belongs to a cluster no row reaches (sizes are sums of Rbar >= 0): one the
+    # batch's rows do reach has a size > 0
+    reached = (sizes == 0) & (Rbar > 0).any(dim=0)  # (k,)
+    if bool(reached.any()):
+        j = int(reached.nonzero()[0])
+        raise ValueError(f"sizes must be > 0 for every cluster the memberships reach (sizes are "
+                         f"the column sums of the memberships, target_sizes); got 0 for cluster "
+                         f"{j}, which rows of R reach")
     P = Rbar.square() / sizes.clamp_min(1e-12).pow(balance)  # (b, k)
     return P / P.sum(dim=1, keepdim=True).clamp_min(1e-12)
 
@@ -195,15 +235,29 @@ def self_training_targets(
 
 
 def neighbor_contrastive_loss(Z: Tensor, Z_pos: Tensor, tau: float = 0.5) -> Tensor:
-    r"""Symmetric InfoNCE (module docstring) between rows ``Z`` (b, p) and their positives
-    ``Z_pos`` (b, p), both on the unit sphere; row ``l != i`` of the other side is a negative."""
+    r"""Symmetric InfoNCE (module docstring) between rows ``Z`` (b, p), ``b >= 1``, and their
+    positives ``Z_pos`` (b, p), both on the unit sphere; row ``l != i`` of the other side is a
+    negative. Each log-ratio is ``z_i . z'_i / tau - logsumexp_l(z_i . z'_l / tau)``, the
+    log-sum-exp taken about its largest term (finite for any finite scores). ``tau`` must be
+    large enough that ``1 / tau`` is finite in ``Z``'s dtype (``tau >= 2.9e-39`` in float32),
+    ``ValueError`` naming ``tau`` otherwise; scores ``z_i . z'_l / tau`` that overflow (rows far
+    off the unit sphere) raise too."""
     tau = check_real(tau, "tau", positive=True)
     Z = check_finite(_floating(check_matrix(Z, "Z", "(b, p)"), "Z"), "Z")
     Z_pos = check_finite(_floating(check_matrix(Z_pos, "Z_pos", "(b, p)"), "Z_pos"), "Z_pos")
     if Z.shape != Z_pos.shape:
         raise ValueError(f"Z and Z_pos must be (b, p) of one shape; got {tuple(Z.shape)} and "
                          f"{tuple(Z_pos.shape)}")
+    _some_rows(Z, "Z")
+    dtype = torch.promote_types(Z.dtype, Z_pos.dtype)
+    if tau * torch.finfo(dtype).max < 1.0:
+        raise ValueError(f"tau must be at least {1.0 / torch.finfo(dtype).max:.3g} for {dtype} "
+                         f"rows (1 / tau overflows below); got {tau!r}")
     logits = Z @ Z_pos.T / tau  # (b, b)
+    if not bool(torch.isfinite(logits.detach()).all()):
+        raise ValueError(f"the scores Z @ Z_pos.T / tau overflow {logits.dtype} at tau={tau!r} "
+                         f"(largest |z_i . z'_l| = {float((Z @ Z_pos.T).abs().max()):.3g}): Z and "
+                         f"Z_pos should be rows on the unit sphere")
     target = torch.arange(Z.shape[0], device=Z.device)
     return 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target))
 
@@ -213,10 +267,15 @@ def neighbor_consistency_loss(R: Tensor, R_pos: Tensor, entropy_weight: float = 
     ``R`` (b, k) of a batch and ``R_pos`` (b, k) of their positives (a neighbour, or a shifted
     copy) should agree, while the batch's mean membership stays spread over the ``k`` clusters
     (``omega = entropy_weight``; without it every row could join one cluster). ``<R_i, R'_i>`` is
-    clamped at ``1e-8``, so sparse mappings with disjoint supports give a finite loss."""
+    clamped at ``1e-8``, so sparse mappings with disjoint supports give a finite loss. Both must
+    have ``b >= 1`` rows on the simplex (entries ``>= 0`` summing to 1 within
+    :data:`SIMPLEX_TOL`), ``ValueError`` naming ``R`` or ``R_pos`` otherwise."""
     R = _memberships(R, "R")
     R_pos = _memberships(R_pos, "R_pos", R, "R")
     entropy_weight = check_real(entropy_weight, "entropy_weight", minimum=0.0)
+    _some_rows(R, "R")
+    _check_simplex(R, "R")
+    _check_simplex(R_pos, "R_pos")
     agree = -(R * R_pos).sum(dim=1).clamp_min(1e-8).log().mean()
     mean = R.mean(dim=0)  # (k,)
     entropy = -(mean * mean.clamp_min(1e-12).log()).sum()

@@ -9,18 +9,23 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .._validation import check_positive_int, check_real
-from ..schedules import geometric_schedule
+from ..schedules import MAX_LADDER, geometric_schedule
 
 __all__ = ["epoch_temperatures", "init_centroids"]
 
 
 def epoch_temperatures(T_start: float, T_end: float, epochs: int) -> np.ndarray:
     """``epochs`` temperatures cooling geometrically from ``T_start`` to ``T_end`` (constant when
-    they are equal), drawn from :func:`rbfkmeans.schedules.geometric_schedule`. Both must be
-    finite and > 0 (a hard mapping has no temperatures to cool through), ``epochs >= 1``."""
+    they are equal), drawn from :func:`rbfkmeans.schedules.geometric_schedule`; where the ratio
+    ``(T_end / T_start)^{1 / (E - 1)}`` underflows or rounds to 1 (``1e300`` to ``1e-300``), or
+    the ladder would exceed :data:`rbfkmeans.schedules.MAX_LADDER`, from the logarithms of the
+    ends. Both must be finite and > 0 (a hard mapping has no temperatures to cool through),
+    ``T_start >= T_end``, ``epochs >= 1``."""
     T_start = check_real(T_start, "T_start", positive=True)
     T_end = check_real(T_end, "T_end", positive=True)
     epochs = check_positive_int(epochs, "epochs")
@@ -29,9 +34,16 @@ def epoch_temperatures(T_start: float, T_end: float, epochs: int) -> np.ndarray:
     if epochs == 1 or T_start == T_end:
         return np.full(epochs, T_start)
     ratio = (T_end / T_start) ** (1.0 / (epochs - 1))
-    ladder = geometric_schedule(T_start, T_end, ratio)
-    idx = np.round(np.linspace(0, len(ladder) - 1, epochs)).astype(int)
-    return ladder[idx]
+    if 0.0 < ratio < 1.0 and epochs <= MAX_LADDER:
+        ladder = geometric_schedule(T_start, T_end, ratio)
+        idx = np.round(np.linspace(0, len(ladder) - 1, epochs)).astype(int)
+        return ladder[idx]
+    # the quotient underflows (1e-300 / 1e300 is 0), the ratio rounds to 1 (T_end a few ulps
+    # below T_start, many epochs) or the ladder would be too long: the same geometric
+    # temperatures, log T_e = log T_start + (e / (E - 1)) (log T_end - log T_start)
+    temps = np.exp(np.linspace(math.log(T_start), math.log(T_end), epochs))
+    temps[0], temps[-1] = T_start, T_end
+    return np.minimum.accumulate(np.clip(temps, T_end, T_start))
 
 
 def init_centroids(
