@@ -8,6 +8,7 @@ import doctest
 import gc
 import math
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sklearn.exceptions import ConvergenceWarning
 from torch import Tensor, nn
 
 import rbfkmeans as rk
@@ -318,6 +320,42 @@ def test_cosine_initialisation_gives_unit_codes_on_the_directions(init: str) -> 
     assert len(set(indices.tolist())) == 3
 
 
+@pytest.mark.parametrize("metric", ["sqeuclidean", "cosine"])
+@pytest.mark.parametrize("n_distinct", [1, 2])
+def test_a_seeding_batch_with_fewer_distinct_rows_than_codes_warns(metric: str,
+                                                                   n_distinct: int) -> None:
+    """k-means++ on a batch of fewer distinct rows than codes seeds equal codes: the warning
+    names how many distinct codes there are, as RBFKMeans does for its clusters."""
+    X = torch.ones(10, 3, dtype=F64)
+    if n_distinct == 2:
+        X[7:] = torch.tensor([1.0, 2.0, 3.0], dtype=F64)  # another direction too
+    assert torch.unique(X, dim=0).shape[0] == n_distinct  # the reference count
+    vq = VectorQuantizer(3, 4, metric=metric, seed=1, dtype=F64)
+    with pytest.warns(ConvergenceWarning, match=re.escape(
+            f"Number of distinct codes ({n_distinct}) found smaller than n_codes (4)")):
+        vq(X)
+    seeded = {tuple(c) for c in vq.codebook.detach().tolist()}
+    expected = X / X.norm(dim=1, keepdim=True) if metric == "cosine" else X
+    assert len(seeded) == n_distinct
+    assert seeded <= {tuple(c) for c in expected.tolist()} or metric == "cosine"
+
+
+def test_a_seeding_batch_of_distinct_rows_does_not_warn() -> None:
+    vq = VectorQuantizer(3, 6, seed=2, dtype=F64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        vq(_blobs(30, seed=1))
+    assert torch.unique(vq.codebook.detach(), dim=0).shape[0] == 6
+
+
+def test_rbfkmeans_seeding_of_constant_data_warns_once() -> None:
+    """The RBFKMeans fit warns for itself; the quantiser adds no second warning."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        VectorQuantizer(3, 4, init="rbfkmeans", dtype=F64)(torch.ones(10, 3, dtype=F64))
+    assert [w.category for w in caught] == [ConvergenceWarning]
+
+
 def test_dead_code_is_reset_to_a_batch_row_with_its_statistics() -> None:
     C = torch.tensor([[0.0, 0.0, 0.0], [6.0, 0.0, 0.0], [0.0, 6.0, 0.0], [1e3, 1e3, 1e3]],
                      dtype=F64)
@@ -359,6 +397,57 @@ def test_an_empty_training_batch_is_not_a_step(update: str) -> None:
     torch.testing.assert_close(gapped.codebook, plain.codebook, rtol=0.0, atol=0.0)
     torch.testing.assert_close(gapped.counts, plain.counts, rtol=0.0, atol=0.0)
     assert gapped.unused_steps.tolist() == plain.unused_steps.tolist() == [0, 0, 0]
+
+
+def test_more_dead_codes_than_rows_revive_each_row_once_and_the_rest_wait() -> None:
+    """Four dead codes and a batch of two rows: two codes take the two rows, and the other
+    two wait, dead, for the next batch (no two revived codes equal)."""
+    C = torch.tensor([[0.0, 0.0], [5.0, 5.0]] + [[1e3, 1e3]] * 4, dtype=F64)
+    vq = _with_codebook(C, update="kmeans", dead_code_steps=1)
+    vq.counts[:2] = 100.0  # the live codes move by 1/101 of the way to their row
+    X = torch.tensor([[0.5, 0.0], [5.0, 5.5]], dtype=F64)
+    vq(X)
+    assert int(vq.stats["revived"]) == 2
+    revived = vq.codebook[2:4]
+    assert sorted(map(tuple, revived.tolist())) == sorted(map(tuple, X.tolist()))
+    assert vq.codebook[4:].tolist() == [[1e3, 1e3]] * 2  # waiting
+    assert vq.unused_steps.tolist() == [0, 0, 0, 0, 1, 1]
+    assert vq.counts[2:].tolist() == [0.0] * 4
+    # one row for each live code: codes 2 and 3 (count 0) move onto theirs, and the two
+    # waiting codes take the other two rows (a row equal to a live code is not taken)
+    X2 = torch.tensor([[-0.3, 0.0], [5.0, 4.7], [0.8, 0.0], [5.0, 5.9]], dtype=F64)
+    vq(X2)
+    assert vq.codebook[2:4].tolist() == X2[2:].tolist()
+    assert int(vq.stats["revived"]) == 2
+    assert sorted(map(tuple, vq.codebook[4:].tolist())) == sorted(map(tuple, X2[:2].tolist()))
+    assert torch.unique(vq.codebook, dim=0).shape[0] == 6
+
+
+def _duplicated_batch() -> tuple[Tensor, Tensor]:
+    """A codebook (3, 3) with two dead codes, and a batch of 12 rows: 11 copies of ``r`` and
+    one ``s`` (row 9)."""
+    C = torch.tensor([[0.0, 0.0, 0.0], [1e3, 1e3, 1e3], [-1e3, 1e3, 1e3]], dtype=F64)
+    X = torch.tensor([[0.5, 0.0, 0.0]], dtype=F64).repeat(12, 1)
+    X[9] = torch.tensor([0.0, 0.5, 0.0], dtype=F64)
+    return C, X
+
+
+def _revive_duplicates(X: Tensor) -> VectorQuantizer:
+    C, _ = _duplicated_batch()
+    vq = _with_codebook(C, update="kmeans", dead_code_steps=1, seed=0)
+    vq.counts[0] = 100.0
+    vq(X)
+    return vq
+
+
+def test_revival_skips_rows_equal_to_one_drawn_before() -> None:
+    """Two dead codes and a batch that is mostly one row: the first two draws are both ``r``
+    (rows 2 and 4 with seed 0), and the draws go on past the copies of ``r`` until they reach
+    ``s``, so the two codes take ``r`` and ``s``."""
+    _, X = _duplicated_batch()
+    vq = _revive_duplicates(X)
+    assert int(vq.stats["revived"]) == 2
+    assert sorted(map(tuple, vq.codebook[1:].tolist())) == [(0.0, 0.5, 0.0), (0.5, 0.0, 0.0)]
 
 
 def test_dead_code_revival_in_objective_mode_keeps_backward_working() -> None:
@@ -467,6 +556,63 @@ def test_bfloat16_autocast_gives_finite_outputs_and_gradients() -> None:
     assert vq.codebook.dtype == torch.float32
 
 
+def test_dtype_conversions_keep_the_counts_float64_and_the_codebook_float32() -> None:
+    """``.half()`` leaves the state in its precision: the counts stay exact (they reached inf
+    in float16 at 65,504 rows, and the codebook stopped moving), and the training equals a
+    quantiser never converted."""
+    g = torch.Generator().manual_seed(0)
+    first = torch.randn(10, 2, generator=g)
+    batches = [torch.randn(4000, 2, generator=g) for _ in range(20)]
+    converted = VectorQuantizer(2, 2, update="kmeans", dead_code_steps=None)
+    plain = VectorQuantizer(2, 2, update="kmeans", dead_code_steps=None)
+    converted(first)
+    plain(first)
+    converted.half()
+    assert converted.counts.dtype == F64
+    assert converted.codebook.dtype == torch.float32
+    for X in batches:
+        converted(X)
+        plain(X)
+    assert float(converted.counts.sum()) == 10 + 20 * 4000  # each row counted once, exactly
+    assert torch.equal(converted.counts, plain.counts)
+    assert torch.equal(converted.codebook, plain.codebook)
+    converted(batches[0].half())  # float16 inputs: computed in float32
+    converted.counts.fill_(2.0**24 + 1)  # not a float32 number
+    for convert in (converted.float, lambda: converted.to(torch.bfloat16)):
+        convert()
+        assert converted.counts.tolist() == [2.0**24 + 1] * 2
+        assert converted.codebook.dtype == torch.float32
+    converted.double()
+    assert converted.codebook.dtype == F64
+    assert converted.counts.dtype == F64
+    converted.to("meta")  # device moves are followed
+    assert converted.counts.device.type == converted.codebook.device.type == "meta"
+    assert converted.counts.dtype == F64
+
+
+def test_half_keeps_the_codebook_parameter_its_values_and_its_gradient() -> None:
+    vq = VectorQuantizer(3, 4, temperature=0.5)
+    opt = torch.optim.SGD(vq.parameters(), lr=0.1)
+    vq(_randn(20, 3))[2].backward()
+    codebook, before = vq.codebook, vq.codebook.detach().clone()
+    grad = vq.codebook.grad.clone()
+    vq.half()
+    assert vq.codebook is codebook  # the optimiser's parameter
+    assert torch.equal(vq.codebook.detach(), before)  # not rounded to float16
+    assert vq.codebook.grad is not None
+    assert torch.equal(vq.codebook.grad, grad)
+    opt.step()
+    assert torch.equal(vq.codebook.detach(), before - 0.1 * grad)
+
+
+def test_a_codebook_of_another_dtype_is_refused_by_forward() -> None:
+    vq = VectorQuantizer(3, 4, update="kmeans")
+    vq.codebook.data = vq.codebook.data.half()
+    with pytest.raises(TypeError, match=re.escape(
+            "the codebook must be torch.float32 or torch.float64; got torch.float16")):
+        vq(_randn(5, 3))
+
+
 # ---------------------------------------------------------------------------------------------
 # errors
 # ---------------------------------------------------------------------------------------------
@@ -493,6 +639,11 @@ def test_bfloat16_autocast_gives_finite_outputs_and_gradients() -> None:
         ({"init": "random"}, ValueError, "init must be one of 'k-means++', 'rbfkmeans'; got"),
         ({"dead_code_steps": 0}, ValueError, "dead_code_steps must be an integer >= 1; got 0"),
         ({"seed": -1}, ValueError, "seed must be an integer >= 0; got -1"),
+        ({"seed": 1.5}, TypeError, "seed must be an integer; got float 1.5"),
+        ({"seed": 2**70}, ValueError,
+         "seed must be an integer in [0, 2**64 - 1]; got 1180591620717411303424"),
+        ({"seed": 2**32, "init": "rbfkmeans"}, ValueError,
+         "seed must be an integer in [0, 2**32 - 1] with init='rbfkmeans'; got 4294967296"),
         ({"dtype": torch.float16}, TypeError,
          "dtype must be torch.float32 or torch.float64; got torch.float16"),
     ],
@@ -541,6 +692,50 @@ def test_bad_inputs_name_the_problem() -> None:
     with pytest.raises(TypeError, match=re.escape(
             "indices must be an integer torch.Tensor; got torch.float32")):
         vq.lookup(torch.tensor([0.0]))
+
+
+def test_seeds_at_the_ends_of_their_range_are_used() -> None:
+    top = VectorQuantizer(3, 4, seed=2**64 - 1, dtype=F64)
+    g = torch.Generator().manual_seed(2**64 - 1)
+    assert torch.equal(top.codebook.detach(), torch.randn(4, 3, generator=g, dtype=F64))
+    X = _blobs(60, seed=3)
+    vq = VectorQuantizer(3, 3, init="rbfkmeans", seed=np.int64(2**32 - 1), dtype=F64)
+    vq(X)
+    est = rk.RBFKMeans(3, random_state=2**32 - 1).fit(X.numpy())
+    assert np.allclose(vq.codebook.detach().numpy(), est.cluster_centers_)
+
+
+@pytest.mark.parametrize("value", [
+    nn.Parameter(torch.tensor(-1.0)),
+    nn.Parameter(torch.tensor(0.5)),
+    nn.Parameter(torch.tensor(0.5), requires_grad=False),
+    torch.tensor(0.5, requires_grad=True),
+])
+def test_a_trained_temperature_is_refused_at_construction_and_on_assignment(
+        value: Tensor) -> None:
+    """The temperature is a hyper-parameter: ``dF_T/dT <= 0``, so a trained one would only
+    grow. A Parameter had skipped the checks (nn.Module registered it) and was never used."""
+    message = re.escape("temperature must be a float, not a tensor that is trained; got "
+                        f"{type(value).__name__} {value.item()!r}")
+    with pytest.raises(TypeError, match=message):
+        VectorQuantizer(3, 4, temperature=value)
+    vq = VectorQuantizer(3, 4, temperature=0.3)
+    with pytest.raises(TypeError, match=message):
+        vq.temperature = value
+    assert vq.temperature == 0.3
+    assert [name for name, _ in vq.named_parameters()] == ["codebook"]
+
+
+def test_a_tensor_temperature_without_gradient_is_checked_and_read_as_a_float() -> None:
+    with pytest.raises(ValueError, match=re.escape(
+            "temperature must be a finite number >= 0; got -1.0")):
+        VectorQuantizer(3, 4, temperature=torch.tensor(-1.0))
+    vq = VectorQuantizer(3, 4, temperature=torch.tensor(0.25))
+    assert type(vq.temperature) is float
+    assert vq.temperature == 0.25
+    vq.temperature = torch.tensor(0.5, dtype=F64)
+    assert vq.temperature == 0.5
+    assert "temperature" in vq.state_dict()["_extra_state"]
 
 
 def test_temperature_is_settable() -> None:
@@ -611,6 +806,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         part = slice(0, 7) if rank == 0 else slice(7, 12)
         results["kmeans"] = _kmeans_trace(_kmeans_quantizer(),
                                           [X[part] for X in _global_batches()])
+        results["revive"] = _revive_duplicates(_duplicated_batch()[1][part]).codebook.clone()
         torch.manual_seed(100 + rank)  # different starts until DDP broadcasts rank 0's
         model = _ddp_model()
         ddp = nn.parallel.DistributedDataParallel(model)
@@ -658,6 +854,17 @@ def test_two_processes_equal_one_process_on_the_concatenated_batches(
             assert torch.allclose(C, C_ref, atol=1e-12)
         for n, n_ref in zip(res["kmeans"]["counts"], single["counts"], strict=True):
             assert torch.allclose(n, n_ref, atol=1e-12)
+
+
+def test_two_processes_revive_the_distinct_rows_of_one_process(
+    ranks: list[dict[str, Any]],
+) -> None:
+    """The revival draws over both ranks' rows skip the copies of a row on either rank."""
+    single = _revive_duplicates(_duplicated_batch()[1]).codebook
+    for res in ranks:
+        assert torch.equal(res["revive"], single)
+        assert sorted(map(tuple, res["revive"][1:].tolist())) == [(0.0, 0.5, 0.0),
+                                                                  (0.5, 0.0, 0.0)]
 
 
 def test_two_processes_under_ddp_hold_identical_codebooks(ranks: list[dict[str, Any]]) -> None:

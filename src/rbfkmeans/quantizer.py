@@ -52,11 +52,14 @@ The other parts of a training step:
 * **Initialisation.** The first training batch (or batches, until ``k`` rows have arrived)
   seeds the codebook by greedy k-means++ (:func:`rbfkmeans.seeding.kmeans_plusplus`, drawn from
   a generator seeded with ``seed``) or by a full :class:`~rbfkmeans.RBFKMeans` fit
-  (``random_state=seed``); until then the buffer ``initialized`` is False.
+  (``random_state=seed``); until then the buffer ``initialized`` is False. A seeding batch
+  with fewer distinct rows than codes seeds equal codes, with a ``ConvergenceWarning``.
 * **Dead codes.** A code that no vector of ``dead_code_steps`` consecutive training batches was
-  assigned to is reset to an input vector of the current batch, drawn uniformly without
-  replacement; its running statistics (count ``n_j``, unused steps) restart at 0. A batch
-  of no vectors (on every rank) is no step: nothing decays, no code counts as unused.
+  assigned to is reset to an input vector of the current batch, drawn without replacement in
+  a uniformly random order of its rows, a row equal to a live code or to one already taken
+  skipped (a revived code equals no other code; with fewer such rows than dead codes the others
+  wait for a later batch); its running statistics (count ``n_j``, unused steps) restart at 0.
+  A batch of no vectors (on every rank) is no step: nothing decays, no code counts as unused.
 * **Statistics** of each batch in :attr:`VectorQuantizer.stats`: ``usage`` the fraction of codes
   used, ``perplexity = exp(-sum_j p_j log p_j)`` with ``p_j`` the fraction of the batch's vectors
   assigned to code ``j`` (``k`` when uniform, 1 when one code takes all), and the number of codes
@@ -74,21 +77,13 @@ number of times; evaluation (``model.eval()``) is local.
 from __future__ import annotations
 
 import math
-from numbers import Real
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ._validation import (
-    check_finite,
-    check_positive_int,
-    check_temperature,
-    check_tensor,
-    compute_dtype,
-    largest_magnitude,
-)
+from ._validation import check_positive_int, check_tensor, compute_dtype
 from .assignments import check_assignment, get_assignment
 from .comm import Comm
 from .distances import membership_scores, sq_distances
@@ -97,6 +92,18 @@ from .inference import check_reach
 from .metrics import check_metric, get_metric
 from .objectives import objective_from_distances
 from .passes import Data
+from .quantizer_checks import (
+    CODEBOOK_DTYPES,
+    check_choice,
+    check_indices,
+    check_input,
+    check_number,
+    check_quantizer_temperature,
+    check_seed,
+    check_squares_are_normal,
+    distinct_rows,
+    warn_if_codes_coincide,
+)
 from .seeding import kmeans_plusplus
 
 __all__ = ["INITS", "UPDATES", "VectorQuantizer", "code_perplexity"]
@@ -105,22 +112,6 @@ __all__ = ["INITS", "UPDATES", "VectorQuantizer", "code_perplexity"]
 UPDATES = ("objective", "kmeans")
 #: the names accepted as ``init``
 INITS = ("k-means++", "rbfkmeans")
-
-
-def _check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
-    return value
-
-
-def _check_real(value: Any, name: str, rule: str, ok: Any) -> float:
-    """``value`` as a float if it is a real number with ``ok(value)`` true, else raise."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r}")
-    v = float(value)
-    if not math.isfinite(v) or not ok(v):
-        raise ValueError(f"{name} must be {rule}; got {value!r}")
-    return v
 
 
 def code_perplexity(used: Tensor) -> Tensor:
@@ -133,17 +124,6 @@ def code_perplexity(used: Tensor) -> Tensor:
         raise ValueError("used must hold finite counts >= 0; got a negative or non-finite entry")
     p = used.double() / used.double().sum().clamp_min(1.0)  # (k,)
     return torch.exp(-torch.special.xlogy(p, p).sum())
-
-
-def _check_squares_are_normal(X: Tensor) -> None:
-    """Raise a ``ValueError`` naming ``z`` where its largest entry is non-zero but its square
-    is subnormal in ``X``'s dtype (``|x| < 1.1e-19`` in float32): the squared distances then
-    keep few or no bits (at ``1e-40`` all are 0, and every row took code 0), and codes seeded
-    from such rows would be no better."""
-    largest = largest_magnitude(X)
-    if largest > 0.0 and largest * largest < torch.finfo(X.dtype).tiny:
-        raise ValueError(f"z is too small for {X.dtype}: its squared distances underflow "
-                         f"(largest |z| {largest:.3g}); rescale z")
 
 
 class VectorQuantizer(nn.Module):
@@ -161,7 +141,9 @@ class VectorQuantizer(nn.Module):
         code.
     temperature : float, default 0.0
         ``T >= 0`` of ``F_T``, in units of squared distance (of ``d = 2 - 2 cos`` for cosine).
-        ``T = 0`` (or ``assignment="hard"``) gives the hard ``J``. Settable, to anneal it.
+        ``T = 0`` (or ``assignment="hard"``) gives the hard ``J``. Settable, to anneal it; a
+        hyper-parameter, not trained: a tensor that requires a gradient (an ``nn.Parameter``)
+        raises ``TypeError`` (``dF_T/dT <= 0``, so the loss would only push ``T`` up).
     metric : {"sqeuclidean", "cosine"}, default "sqeuclidean"
         Nearest in ``||x - c||^2``, or in angle (inputs and codes normalised; a zero input vector
         raises ``ValueError``).
@@ -181,11 +163,15 @@ class VectorQuantizer(nn.Module):
         Reset a code unused by ``dead_code_steps`` consecutive training batches (``None``: never).
     seed : int, default 0
         Seeds the initial random codebook, the k-means++ draws and the revival draws (the same
-        on every rank).
+        on every rank): an integer in ``[0, 2**64 - 1]``, in ``[0, 2**32 - 1]`` with
+        ``init="rbfkmeans"`` (the fit's ``random_state``).
     dtype : torch.dtype, default torch.float32
         The codebook's dtype (float32 or float64); inputs are computed in it, or in float64 when
         they are float64. float16 and bfloat16 inputs, and ``torch.autocast`` regions, are
-        computed in float32.
+        computed in float32. ``.half()``, ``.bfloat16()`` and ``.to(dtype)`` keep this rule:
+        they leave the codebook float32 (``.double()`` makes it float64) and the running counts
+        float64, and move both between devices; a codebook of another dtype set through
+        ``.data`` is refused (``TypeError``) by ``forward``.
 
     ``forward(z)`` takes ``z`` (..., d) and returns ``(quantized, indices, loss)``: ``quantized``
     (..., d) is ``codebook[indices]`` (as the codebook was when the forward began) with the
@@ -222,15 +208,15 @@ class VectorQuantizer(nn.Module):
         self.temperature = temperature
         self.metric = check_metric(metric, "metric")
         self._spherical = get_metric(self.metric).spherical
-        self.commitment_weight = _check_real(commitment_weight, "commitment_weight",
-                                             "a finite number >= 0", lambda v: v >= 0)
-        self.update = _check_choice(update, "update", UPDATES)
-        self.decay = _check_real(decay, "decay", "a number in (0, 1]", lambda v: 0 < v <= 1)
-        self.init = _check_choice(init, "init", INITS)
+        self.commitment_weight = check_number(commitment_weight, "commitment_weight",
+                                              "a finite number >= 0", lambda v: v >= 0)
+        self.update = check_choice(update, "update", UPDATES)
+        self.decay = check_number(decay, "decay", "a number in (0, 1]", lambda v: 0 < v <= 1)
+        self.init = check_choice(init, "init", INITS)
         self.dead_code_steps = None if dead_code_steps is None \
             else check_positive_int(dead_code_steps, "dead_code_steps")
-        self.seed = check_positive_int(seed, "seed", minimum=0)
-        if dtype not in (torch.float32, torch.float64):
+        self.seed = check_seed(seed, self.init)
+        if dtype not in CODEBOOK_DTYPES:
             raise TypeError(f"dtype must be torch.float32 or torch.float64; got {dtype}")
         self._generator = torch.Generator().manual_seed(self.seed)
         C = torch.randn(self.n_codes, self.dim, generator=self._generator, dtype=dtype)  # (k, d)
@@ -253,7 +239,32 @@ class VectorQuantizer(nn.Module):
 
     @temperature.setter
     def temperature(self, value: float) -> None:
-        self._temperature = check_temperature(value, "temperature")
+        self._temperature = check_quantizer_temperature(value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # the temperature's checks first: nn.Module would register a Parameter under its name
+        if name == "temperature":
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> VectorQuantizer:
+        """``nn.Module._apply`` (``.to``, ``.half``, ``.double``, ``.cuda``, ...) keeping the
+        precision of the state: the counts ``n_j`` stay float64 and the codebook (and its
+        gradient) float32 or float64, a conversion to float16 or bfloat16 leaving it float32;
+        both follow the device moves."""
+        kept = [(self.counts, (torch.float64,)), (self.codebook, CODEBOOK_DTYPES),
+                (self.codebook.grad, CODEBOOK_DTYPES)]
+
+        def keep(t: Tensor) -> Tensor:
+            out = fn(t)
+            for held, dtypes in kept:
+                if t is held and isinstance(out, Tensor) and out.dtype not in dtypes:
+                    return t.to(device=out.device, dtype=dtypes[0])
+            return out
+
+        super()._apply(keep, recurse)
+        return self
 
     @property
     def assignment(self) -> str:
@@ -289,18 +300,7 @@ class VectorQuantizer(nn.Module):
     # -- the computation ----------------------------------------------------------------------
     def _rows(self, z: Any) -> Tensor:
         """``z`` (..., d) checked and flattened to ``X`` (n, d) in the compute dtype."""
-        if not isinstance(z, Tensor):
-            raise TypeError(f"z must be a torch.Tensor; got {type(z).__name__}")
-        if z.dim() < 1 or z.shape[-1] != self.dim:
-            raise ValueError(f"z must have shape (..., {self.dim}) (dim={self.dim}); got "
-                             f"{tuple(z.shape)}")
-        if not (z.is_floating_point()):
-            raise TypeError(f"z must be a floating-point tensor; got {z.dtype}")
-        if "meta" in (z.device.type, self.codebook.device.type):  # the step reads values
-            raise ValueError("z and the codebook must hold values: a VectorQuantizer does not "
-                             f"run on the meta device; got z on {z.device}, the codebook on "
-                             f"{self.codebook.device}")
-        check_finite(z.detach(), "z")
+        check_input(z, self.dim, self.codebook)
         dt = compute_dtype(torch.promote_types(self.codebook.dtype, z.dtype))
         # x, or x_hat = x / ||x|| (differentiable; a zero row raises) for cosine
         return get_metric(self.metric).prepare(z.to(dt), "z").reshape(-1, self.dim)  # (n, d)
@@ -335,14 +335,7 @@ class VectorQuantizer(nn.Module):
 
     def lookup(self, indices: Tensor) -> Tensor:
         """The codes ``codebook[indices]`` (..., d) of integer ``indices`` (...), e.g. tokens."""
-        if not isinstance(indices, Tensor) or indices.is_floating_point() \
-                or indices.is_complex() or indices.dtype == torch.bool:
-            raise TypeError(f"indices must be an integer torch.Tensor; got "
-                            f"{getattr(indices, 'dtype', type(indices).__name__)}")
-        lo, hi = (int(indices.min()), int(indices.max())) if indices.numel() else (0, 0)
-        if lo < 0 or hi >= self.n_codes:
-            raise ValueError(f"indices must be in [0, {self.n_codes}) (n_codes={self.n_codes}); "
-                             f"got values in [{lo}, {hi}]")
+        check_indices(indices, self.n_codes)
         return self.codebook.detach()[indices]
 
     def forward(self, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -359,7 +352,7 @@ class VectorQuantizer(nn.Module):
                 # z: its codes lie within max|x| of the origin, so |x - c| <= 2 max|x|
                 check_reach(X_d, self.codebook.detach(), total=4 * X.shape[0], name="z",
                             dtype=X.dtype)
-                _check_squares_are_normal(X_d)
+                check_squares_are_normal(X_d)
             if seeding:
                 self._initialize(X_d, comm)
             # a copy: the graph keeps it, so the in-place updates below leave backward intact
@@ -431,24 +424,36 @@ class VectorQuantizer(nn.Module):
         self.codebook.copy_(get_metric(self.metric).project(C, self.codebook, "codebook"))
 
     def _revive(self, dead: Tensor, X: Tensor, comm: Comm) -> int:
-        """Reset the ``dead`` codes to input rows drawn from the batches of all ranks."""
+        """Reset the ``dead`` codes to distinct input rows of the batches of all ranks, drawn
+        without replacement: the rows in the order of one random permutation of their
+        concatenation, a row equal (in the codebook's dtype) to a live code or to a row taken
+        before skipped. With fewer such rows than dead codes, the lowest-indexed dead codes are
+        reset and the others wait for a later batch. Returns the number of codes reset."""
         j = dead.nonzero().squeeze(1)  # (m,) codes to reset
         rows = comm.counts(X.shape[0])
         total = sum(rows)
         if total == 0:
             return 0
         m = int(j.numel())
-        g = torch.randperm(total, generator=self._generator)[:m] if m <= total \
-            else torch.randint(total, (m,), generator=self._generator)  # (m,) global rows
+        order = torch.randperm(total, generator=self._generator)  # (total,) global rows
         start = sum(rows[: comm.rank])
-        mine = (g >= start) & (g < start + X.shape[0])  # (m,) rows this rank holds
-        new = X.new_zeros(m, self.dim)  # (m, d)
-        new[mine.to(X.device)] = X[(g[mine] - start).to(X.device)]
-        comm.sum_(new)  # one rank contributes each row
-        self.codebook[j.to(self.codebook.device)] = new.to(self.codebook.dtype)
+        taken = distinct_rows(self.codebook[~dead].to(X.device))  # the live codes, then the rows
+        live = taken.shape[0]
+        low, size = 0, m
+        while taken.shape[0] < live + m and low < total:  # m rows, then twice as many, ...
+            g = order[low : low + size]  # (size,) the next draws
+            mine = (g >= start) & (g < start + X.shape[0])  # rows this rank holds
+            drawn = X.new_zeros(g.numel(), self.dim)  # (size, d)
+            drawn[mine.to(X.device)] = X[(g[mine] - start).to(X.device)]
+            comm.sum_(drawn)  # one rank contributes each row
+            taken = distinct_rows(torch.cat([taken, drawn.to(taken.dtype)]))[: live + m]
+            low, size = low + size, 2 * size
+        new = taken[live:]  # (r, d) r <= m distinct rows, none a live code
+        j = j[: new.shape[0]]
+        self.codebook[j.to(self.codebook.device)] = new.to(self.codebook.device)
         self.counts[j] = 0.0
         self.unused_steps[j] = 0
-        return m
+        return int(j.numel())
 
     @torch.no_grad()
     def _initialize(self, X: Tensor, comm: Comm) -> None:
@@ -468,6 +473,8 @@ class VectorQuantizer(nn.Module):
                                  device=X0.device)  # (k, d)
         C0 = get_metric(self.metric).project(C0, self.codebook, "codebook")
         comm.broadcast_(C0, src=0)
+        if self.init == "k-means++" and comm.rank == 0:  # RBFKMeans warns for itself
+            warn_if_codes_coincide(C0.to(self.codebook.dtype), stacklevel=6)
         self.codebook.copy_(C0.to(self.codebook.dtype))
         self.counts.zero_()
         self.unused_steps.zero_()

@@ -1,0 +1,168 @@
+r"""The checks of :class:`~rbfkmeans.VectorQuantizer` on its parameters and inputs.
+
+Each raises ``ValueError`` or ``TypeError`` naming the parameter, the rule and the value
+received (or, for the seeding batch, warns), and modifies nothing it is given.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from numbers import Real
+from typing import Any
+
+import torch
+from sklearn.exceptions import ConvergenceWarning
+from torch import Tensor, nn
+
+from ._validation import (
+    check_finite,
+    check_positive_int,
+    check_temperature,
+    largest_magnitude,
+)
+
+__all__ = [
+    "CODEBOOK_DTYPES",
+    "SEED_MAX",
+    "SEED_MAX_RBFKMEANS",
+    "check_choice",
+    "check_codebook_dtype",
+    "check_indices",
+    "check_input",
+    "check_number",
+    "check_quantizer_temperature",
+    "check_seed",
+    "check_squares_are_normal",
+    "distinct_rows",
+    "warn_if_codes_coincide",
+]
+
+#: the dtypes a codebook is kept in (a conversion to another one leaves it float32)
+CODEBOOK_DTYPES = (torch.float32, torch.float64)
+#: the largest seed of ``torch.Generator.manual_seed`` (an unsigned 64-bit integer)
+SEED_MAX = 2**64 - 1
+#: the largest seed with ``init="rbfkmeans"``: ``RBFKMeans``'s ``random_state`` is numpy's
+SEED_MAX_RBFKMEANS = 2**32 - 1
+
+
+def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    """``value`` if it is one of the strings ``choices``, else raise ``ValueError``."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    return value
+
+
+def check_number(value: Any, name: str, rule: str, ok: Any) -> float:
+    """``value`` as a float if it is a finite real number with ``ok(value)`` true, else raise
+    (``rule`` says what ``ok`` tests)."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or not ok(v):
+        raise ValueError(f"{name} must be {rule}; got {value!r}")
+    return v
+
+
+def check_quantizer_temperature(value: Any) -> float:
+    r"""``T`` as a float if it is a finite number ``>= 0`` (a 0-d tensor is read as its value),
+    else raise naming ``temperature``.
+
+    ``T`` is a hyper-parameter, set (to anneal it) and never trained: a tensor that requires a
+    gradient, an ``nn.Parameter`` above all, raises ``TypeError``. The loss would only push it
+    up: ``dF_T/dT = -2 sum_i H(r_i) <= 0`` (the entropy of each row's memberships), and with
+    ``update="kmeans"`` the loss does not depend on ``T``."""
+    if isinstance(value, Tensor) and (isinstance(value, nn.Parameter) or value.requires_grad):
+        shown = f"{value.item()!r}" if value.numel() == 1 else f"of shape {tuple(value.shape)}"
+        raise TypeError(f"temperature must be a float, not a tensor that is trained; got "
+                        f"{type(value).__name__} {shown} (requires_grad="
+                        f"{value.requires_grad}): the temperature is a hyper-parameter, "
+                        "set it (e.g. to anneal it) as a float")
+    return check_temperature(value, "temperature")
+
+
+def check_seed(seed: Any, init: str) -> int:
+    """``seed`` if it is an integer in ``[0, 2**64 - 1]`` (what ``torch.Generator.manual_seed``
+    takes), in ``[0, 2**32 - 1]`` with ``init="rbfkmeans"`` (the ``random_state`` of
+    :class:`~rbfkmeans.RBFKMeans`, numpy's range), else raise naming ``seed``."""
+    value = check_positive_int(seed, "seed", minimum=0)
+    top, bound, why = (SEED_MAX_RBFKMEANS, "2**32 - 1", " with init='rbfkmeans'") \
+        if init == "rbfkmeans" else (SEED_MAX, "2**64 - 1", "")
+    if value > top:
+        raise ValueError(f"seed must be an integer in [0, {bound}]{why}; got {seed!r}")
+    return value
+
+
+def check_codebook_dtype(codebook: Tensor) -> None:
+    """Raise ``TypeError`` unless the codebook is float32 or float64 (a float16 codebook set
+    through ``.data`` would round away the k-means steps smaller than its spacing)."""
+    if codebook.dtype not in CODEBOOK_DTYPES:
+        raise TypeError(f"the codebook must be torch.float32 or torch.float64; got "
+                        f"{codebook.dtype}: keep the quantizer in float32 (float16 and bfloat16 "
+                        "inputs are computed in float32)")
+
+
+def check_input(z: Any, dim: int, codebook: Tensor) -> None:
+    """Raise unless ``z`` is a finite floating-point tensor (..., ``dim``) holding values and the
+    ``codebook`` a float32 or float64 tensor holding values (not on the meta device)."""
+    if not isinstance(z, Tensor):
+        raise TypeError(f"z must be a torch.Tensor; got {type(z).__name__}")
+    if z.dim() < 1 or z.shape[-1] != dim:
+        raise ValueError(f"z must have shape (..., {dim}) (dim={dim}); got {tuple(z.shape)}")
+    if not (z.is_floating_point()):
+        raise TypeError(f"z must be a floating-point tensor; got {z.dtype}")
+    if "meta" in (z.device.type, codebook.device.type):  # the step reads values
+        raise ValueError("z and the codebook must hold values: a VectorQuantizer does not run "
+                         f"on the meta device; got z on {z.device}, the codebook on "
+                         f"{codebook.device}")
+    check_finite(z.detach(), "z")
+    check_codebook_dtype(codebook)
+
+
+def check_indices(indices: Any, n_codes: int) -> None:
+    """Raise unless ``indices`` is an integer tensor of values in ``[0, n_codes)``."""
+    if not isinstance(indices, Tensor) or indices.is_floating_point() \
+            or indices.is_complex() or indices.dtype == torch.bool:
+        raise TypeError(f"indices must be an integer torch.Tensor; got "
+                        f"{getattr(indices, 'dtype', type(indices).__name__)}")
+    lo, hi = (int(indices.min()), int(indices.max())) if indices.numel() else (0, 0)
+    if lo < 0 or hi >= n_codes:
+        raise ValueError(f"indices must be in [0, {n_codes}) (n_codes={n_codes}); got values in "
+                         f"[{lo}, {hi}]")
+
+
+def check_squares_are_normal(X: Tensor) -> None:
+    """Raise a ``ValueError`` naming ``z`` where its largest entry is non-zero but its square
+    is subnormal in ``X``'s dtype (``|x| < 1.1e-19`` in float32): the squared distances then
+    keep few or no bits (at ``1e-40`` all are 0, and every row took code 0), and codes seeded
+    from such rows would be no better."""
+    largest = largest_magnitude(X)
+    if largest > 0.0 and largest * largest < torch.finfo(X.dtype).tiny:
+        raise ValueError(f"z is too small for {X.dtype}: its squared distances underflow "
+                         f"(largest |z| {largest:.3g}); rescale z")
+
+
+def distinct_rows(Y: Tensor) -> Tensor:
+    """The distinct rows of ``Y`` (m, d) in the order of their first occurrence (exact equality;
+    ``-0.0`` equals ``0.0``)."""
+    if Y.shape[0] == 0:
+        return Y
+    _, inverse = torch.unique(Y, dim=0, return_inverse=True)  # (m,) the distinct row of each
+    position = torch.arange(Y.shape[0], device=Y.device)  # (m,)
+    first = torch.full((int(inverse.max()) + 1,), Y.shape[0], device=Y.device)
+    first.scatter_reduce_(0, inverse, position, reduce="amin")  # first occurrence of each
+    return Y[first.sort().values]
+
+
+def warn_if_codes_coincide(C: Tensor, stacklevel: int) -> None:
+    """scikit-learn's ``ConvergenceWarning`` where the seeded codebook ``C`` (k, d) has fewer
+    distinct codes than ``k``: the seeding batch held fewer distinct rows than codes."""
+    k = int(C.shape[0])
+    distinct = int(distinct_rows(C).shape[0])
+    if distinct < k:
+        warnings.warn(f"Number of distinct codes ({distinct}) found smaller than n_codes ({k}): "
+                      "the seeding batch has fewer distinct rows than codes. Possibly due to "
+                      "duplicate points in z; of equal codes only the lowest-indexed is ever "
+                      "nearest (the others are revived as dead codes where dead_code_steps is "
+                      "set).",
+                      ConvergenceWarning, stacklevel=stacklevel + 1)
