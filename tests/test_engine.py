@@ -455,3 +455,15 @@ def test_macqueen_updates_compute_in_the_wider_dtype() -> None:
     torch.testing.assert_close(mixed, macqueen_updates(X.float().double(), C, counts, 0.7,
                                                        "softmax")[0])
     torch.testing.assert_close(mixed, reference, rtol=1e-6, atol=1e-6)
+
+
+def test_kmeans_plusplus_needs_weight_to_draw_from() -> None:
+    """Weights of total 0 gave ``k`` copies of row 0 (every draw lands on the first row of a
+    zero cumulative sum); a positive total draws only rows of positive weight."""
+    X = torch.randn(10, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"sample_weight must have a positive sum .* 0\.0"):
+        kmeans_plusplus(Data(X, torch.zeros(10, dtype=torch.float64)), 3)
+    w = torch.zeros(10, dtype=torch.float64)
+    w[[2, 5, 7]] = 1.0
+    C = kmeans_plusplus(Data(X, w), 3, generator=torch.Generator().manual_seed(1))
+    assert sorted(int((X - c).abs().sum(1).argmin()) for c in C) == [2, 5, 7]

@@ -1248,8 +1248,10 @@ def test_samples_are_drawn_from_rows_that_weigh_something(
     everything = RBFKMeans(2, assignment=assignment, fit_rows=12, random_state=0).fit(
         X, sample_weight=w)
     plain = RBFKMeans(2, assignment=assignment, random_state=0).fit(X, sample_weight=w)
-    assert everything.inertia_ == plain.inertia_
-    np.testing.assert_array_equal(everything.cluster_centers_, plain.cluster_centers_)
+    assert everything.inertia_ == plain.inertia_  # the same centres (k-means++ from the rows
+    # of weight, so possibly drawn in another order)
+    np.testing.assert_array_equal(np.sort(everything.cluster_centers_, axis=0),
+                                  np.sort(plain.cluster_centers_, axis=0))
     for fit in (sampled, everything):
         d2 = ((X[:, None, :] - fit.cluster_centers_[None]) ** 2).sum(-1)
         np.testing.assert_array_equal(fit.labels_, d2.argmin(1))

@@ -243,7 +243,11 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
             data = Subsample(pool, gen).take(est.fit_rows)
     seeding = data  # the rows a start is drawn from
     if est.fit_rows is not None and isinstance(start, str) and start == "k-means++":
-        seeding = Subsample(data, gen).take(SEED_ROWS_PER_CLUSTER * est.n_clusters)
+        # from rows that weigh something (a draw of rows of weight 0 has nothing to draw from),
+        # where there are k of them
+        weighing = data.weighing_rows()
+        if sum(data.comm.counts(weighing.n)) >= est.n_clusters:
+            seeding = Subsample(weighing, gen).take(SEED_ROWS_PER_CLUSTER * est.n_clusters)
     hard_only = est._hard
     restart = schedule == RESTART and not hard_only  # plain Lloyd ignores the schedule
     splits = event_driven(est, data, schedule)

@@ -95,6 +95,11 @@ def kmeans_plusplus(
     counts = comm.counts(n)
     if sum(counts) < k:
         raise ValueError(f"n_samples={sum(counts)} should be >= n_clusters={k}")
+    total = w.sum().reshape(1)
+    comm.sum_(total)
+    if not float(total) > 0:  # every draw would take row 0: k copies of one row
+        raise ValueError("sample_weight must have a positive sum for k-means++'s weighted "
+                         f"draws; got a total weight of {float(total)!r}")
     centers = data.X.new_empty((k, d))
 
     def pick(weights: Tensor, n_draw: int) -> Tensor:
