@@ -1549,3 +1549,72 @@ def test_float32_fits_refuse_weights_and_data_that_float32_cannot_hold() -> None
                                                            sample_weight=np.full(50, 1e36))
     ref = RBFKMeans(3, random_state=0).fit(X64 * 1e30, sample_weight=np.full(50, 1e36))
     assert ok.inertia_ == pytest.approx(ref.inertia_, rel=1e-4)
+
+
+def test_a_ladder_that_would_warm_up_is_refused() -> None:
+    """``T_end`` above ``T_start`` gave a ladder of one temperature (geometric) or a few below
+    ``T_start`` (splits), silently; equal temperatures are one rung."""
+    X, _ = make_blobs(200, centers=3, random_state=0)
+    for schedule in ("geometric", "splits"):
+        with pytest.raises(ValueError, match=r"T_end must be at most T_start.*0\.01.*T_end=1\.0"):
+            RBFKMeans(3, T_start=0.01, T_end=1.0, schedule=schedule).fit(X)
+    assert np.isfinite(RBFKMeans(3, T_start=0.5, T_end=0.5, schedule="geometric",
+                                 random_state=0).fit(X).inertia_)
+
+
+def test_a_callable_init_sees_every_row() -> None:
+    """Repeated rows are fitted as one weighted row where that removes a tenth of them; a
+    callable ``init`` had then been given the distinct rows (180 of 300), without weights, so a
+    start drawn uniformly from its ``X`` no longer drew rows as often as they occur."""
+    rng = np.random.default_rng(0)
+    X = np.repeat(rng.normal(size=(180, 2)), [2] * 120 + [1] * 60, axis=0)  # 300 rows
+    seen: list[tuple[int, int]] = []
+
+    def first_rows(A: np.ndarray, k: int, random_state: Any) -> np.ndarray:
+        seen.append(A.shape)
+        return A[:k]
+
+    model = RBFKMeans(3, init=first_rows, random_state=0).fit(X)
+    assert seen == [(300, 2)]
+    assert np.isfinite(model.inertia_)
+
+
+def test_a_float32_model_refuses_rows_whose_distances_overflow_float32() -> None:
+    """A model that computes in float32 gave inf distances and NaN memberships for a row at
+    1e20 (its squared distance, 3e40, is beyond float32), silently, and a label only where the
+    compiled kernels happened to run; a float64 model gives the finite values."""
+    X = np.random.default_rng(0).normal(size=(200, 3))
+    far = np.full((1, 3), 1e20)
+    model = RBFKMeans(3, random_state=0).fit(X.astype(np.float32))
+    for call in (model.transform, model.predict, lambda z: model.predict_proba(z, 1.0)):
+        with pytest.raises(ValueError, match=r"X lies too far from the centroids for "
+                                             r"torch\.float32"):
+            call(far.astype(np.float32))
+    wide = RBFKMeans(3, random_state=0).fit(X)
+    np.testing.assert_allclose(wide.transform(far), np.linalg.norm(
+        far - wide.cluster_centers_, axis=1)[None], rtol=1e-12)
+
+
+def test_fit_transform_of_a_batch_source() -> None:
+    """fit_transform on a DataLoader fitted it and then failed inside transform, leaving the
+    model changed; now the distances of a second pass, and a one-shot iterator is refused
+    before anything changes."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    X = np.random.default_rng(0).normal(size=(150, 2))
+    model = RBFKMeans(3, random_state=0)
+    D = model.fit_transform(DataLoader(TensorDataset(torch.from_numpy(X)), batch_size=50))
+    np.testing.assert_allclose(D, model.transform(X), rtol=1e-12)
+    fitted = RBFKMeans(3, random_state=0).fit(X + 100)
+    before = fitted.cluster_centers_.copy()
+    with pytest.raises(ValueError, match="fit_transform needs the data again"):
+        fitted.fit_transform(iter([X]))
+    np.testing.assert_array_equal(fitted.cluster_centers_, before)
+    assert hasattr(fitted, "labels_")
+
+
+def test_partial_fit_keeps_the_models_dtype() -> None:
+    X = np.random.default_rng(0).normal(size=(100, 3))
+    model = RBFKMeans(3, random_state=0).fit(X)
+    model.partial_fit(X[:10].astype(np.float32))
+    assert model.cluster_centers_.dtype == np.float64

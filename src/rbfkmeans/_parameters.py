@@ -138,7 +138,15 @@ def torch_dtype(v: Any) -> torch.dtype | None:
 
 
 def as_float32_if_half(X: Any) -> Any:
+    """``X`` as an array the estimator reads: a tensor as a NumPy array (float16 and bfloat16
+    as float32), a float16 array as float32, anything else as it is. A torch sparse tensor
+    raises ``TypeError`` naming ``X`` (scipy's sparse matrices are the estimator's sparse
+    input)."""
     if isinstance(X, torch.Tensor):
+        if X.layout != torch.strided:
+            raise TypeError(f"X must be a dense tensor, an array or a scipy.sparse matrix; got a "
+                            f"torch tensor of layout {X.layout} (for sparse rows pass a "
+                            "scipy.sparse CSR matrix; KMeansLayer takes torch sparse tensors)")
         X = X.detach().cpu()
         if X.dtype in (torch.float16, torch.bfloat16):
             X = X.float()

@@ -70,6 +70,7 @@ from .scales import fit_scales
 from .schedules import critical_temperature_factor
 from .sparse import SparseRows, is_sparse
 from .starts import Temperatures
+from .streaming import batch_data
 
 __all__ = ["RBFKMeans"]
 
@@ -107,7 +108,8 @@ class RBFKMeans(
     init : {"auto", "mean", "k-means++", "random"}, array (k, d) or callable, default "auto"
         Start of the fit. ``"auto"`` is ``"mean"`` (annealing from the data mean, where every
         centroid sits above ``T_c``) for soft assignments and ``"k-means++"`` for ``"hard"``.
-        A callable is called as ``init(X, n_clusters, random_state)``.
+        A callable is called as ``init(X, n_clusters, random_state)`` with every row of ``X``
+        (with ``fit_rows``, the sample the fit draws), as in scikit-learn (no weights).
     n_init : "auto" or int, default "auto"
         Number of runs (different seeds); the one with the lowest inertia is kept. ``"auto"``:
         1, except 10 for ``init="random"`` with ``"hard"`` (as scikit-learn), and 2 for an
@@ -327,6 +329,9 @@ class RBFKMeans(
                 f"a {type(self.init).__name__}"
             raise ValueError("schedule='k-means++' draws its own greedy k-means++ starts: init "
                              f"must be 'auto' or 'k-means++'; got init={got}")
+        if self.T_start is not None and self.T_end is not None and self.T_end > self.T_start:
+            raise ValueError(f"T_end must be at most T_start (the ladder cools from T_start to "
+                             f"T_end); got T_start={self.T_start!r}, T_end={self.T_end!r}")
         if self.fit_rows is not None and self.fit_rows < self.n_clusters:
             raise ValueError(f"fit_rows must be None or at least n_clusters={self.n_clusters} "
                              f"(a sample of fewer rows leaves clusters empty); got "
@@ -458,8 +463,9 @@ class RBFKMeans(
         # repeated rows fit as one weighted row (one process; a memmap is left as it is; with
         # fit_rows the fit draws its sample from the rows as they are)
         sampled = self.fit_rows is not None and n_total > self.fit_rows
-        folded = None if comm.active or out_of_core or sparse or sampled else fold_repeats(
-            Xt, w, chunk_size=self.chunk_size)
+        folded = None if comm.active or out_of_core or sparse or sampled or callable(
+            self.init) else fold_repeats(Xt, w, chunk_size=self.chunk_size)  # a callable init
+        # is promised X: every row
         wf: Tensor | None
         if folded is not None and folded.rows.numel() >= self.n_clusters:
             Xf, wf, own = Xt[folded.rows], folded.weight, True  # (m, d) distinct rows, a copy
@@ -583,7 +589,17 @@ class RBFKMeans(
         return self.fit(X, sample_weight=sample_weight).labels_
 
     def fit_transform(self, X: Any, y: Any = None, sample_weight: Any = None) -> np.ndarray:
-        return self.fit(X, sample_weight=sample_weight).transform(X)
+        """Fit and return the distances (n, k) of every row to the centroids (for a
+        ``DataLoader``: of the rows of a second pass over it, in its order). A call that raises
+        leaves a fitted estimator as it was."""
+        if isinstance(X, Iterator) and not isinstance(X, torch.utils.data.DataLoader):
+            raise ValueError("fit_transform needs the data again to transform it; got a one-shot "
+                             "iterator (pass a DataLoader, a list or an array)")
+        with restored_on_failure(self):
+            self.fit(X, sample_weight=sample_weight)
+            if isinstance(X, torch.utils.data.DataLoader):
+                return np.concatenate([self.transform(batch_data(item)) for item in X])
+            return self.transform(X)
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()

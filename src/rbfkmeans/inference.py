@@ -90,7 +90,7 @@ class InferenceMixin:
         frame = self._fit_frame
         Xf, C = frame.enter(self._to_torch(X)), frame.enter(self._centers_t())
         if not get_metric(self.metric).spherical:  # unit rows are always within reach
-            check_reach(Xf, C, frame.exponent, total)
+            check_reach(Xf, C, frame.exponent, total, dtype=C.dtype)  # the model's dtype
         return Xf, C
 
     def predict(self: Any, X: Any, sample_weight: Any = None) -> np.ndarray:

@@ -114,7 +114,7 @@ class OnlineFitMixin:
         else:
             C = frame.enter(self._centers_t())
             if not spherical:  # rows far beyond the first batch's frame: no finite step
-                check_reach(data.X, C, frame.exponent, data.total_weight())
+                check_reach(data.X, C, frame.exponent, data.total_weight(), dtype=C.dtype)
             counts = torch.as_tensor(self._online_counts).to(Xt.device, Xt.dtype) \
                 if getattr(self, "_online_counts", None) is not None \
                 else torch.zeros(self.n_clusters, dtype=Xt.dtype, device=Xt.device)
@@ -122,7 +122,8 @@ class OnlineFitMixin:
             # the rows in order; sparse rows a chunk at a time as dense rows
             C, counts = macqueen_updates(dense(data.X[s]), C, counts, frame.sq_to(T),
                                          self.assignment, data.weight(s), metric=self.metric)
-        self.cluster_centers_ = to_numpy(frame.leave(C)).astype(X.dtype, copy=False)
+        kept = X.dtype if first else self.cluster_centers_.dtype  # the model's, not the batch's
+        self.cluster_centers_ = to_numpy(frame.leave(C)).astype(kept, copy=False)
         self._online_counts = to_numpy(counts)
         self.n_iter_ += 1
         self.n_swaps_ = getattr(self, "n_swaps_", 0)
@@ -199,7 +200,7 @@ class OnlineFitMixin:
         if not (math.isfinite(fit.inertia) and bool(torch.isfinite(fit.C).all())):
             raise ValueError(  # a batch far beyond the frame of the first ones (rbfkmeans.frame)
                 "batches: a batch lies too far from the centroids of the first batches for "
-                "float64 (its squared distances overflow); rescale the batches alike")
+                f"{self._dtype_} (its squared distances overflow); rescale the batches alike")
         self._frame_ = fit.frame
         self._metric_ = self.metric
         self.cluster_centers_ = to_numpy(fit.centers())
@@ -229,6 +230,9 @@ class OnlineFitMixin:
         if not is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
         batches = _array_source(batches)
+        if isinstance(batches, Tensor) and batches.layout != torch.strided:
+            raise TypeError(f"batches must be dense when a tensor; got a torch tensor of layout "
+                            f"{batches.layout} (pass a scipy.sparse CSR matrix for sparse rows)")
         is_array = isinstance(batches, np.ndarray | Tensor) or scipy.sparse.issparse(batches)
         if is_array and batches.ndim != 2:
             raise ValueError("batches must be an iterable of (b, d) chunks or a 2-D array; got "
