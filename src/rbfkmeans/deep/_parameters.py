@@ -1,7 +1,8 @@
 """The validation table of :class:`~rbfkmeans.deep.DeepClusterer`'s parameters: name ->
 (what it must be, the check), and :func:`check_parameters`, which raises ``ValueError`` naming
 the parameter, the rule and the value for the first that fails (and checks the rules between
-them, the networks and the mapping)."""
+them, the networks and the mapping); and :func:`check_trainable`, which refuses settings under
+which a stage would train on a loss with no gradient."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from ..assignments import check_assignment
 from .augment import check_image_shape
 from .checks import check_networks
 
-__all__ = ["RULES", "check_parameters"]
+__all__ = ["RULES", "check_parameters", "check_trainable"]
 
 
 def _real(v: Any) -> bool:
@@ -77,3 +78,48 @@ def check_parameters(dc: Any) -> None:
         raise ValueError(f"augment={dc.augment!r}, rotation={dc.rotation!r}, "
                          f"scaling={dc.scaling!r} transform images: they need image_shape; "
                          "got image_shape=None")
+
+
+def _trains(network: Any) -> bool:
+    """Whether ``network`` (an ``nn.Module`` or ``None``) has a parameter that requires a
+    gradient."""
+    return network is not None and any(p.requires_grad for p in network.parameters())
+
+
+def check_trainable(dc: Any, n_rows: int, *, pretraining: bool, joint: bool) -> None:
+    """``ValueError`` naming the parameters involved when a stage of the clusterer ``dc`` on
+    ``n_rows`` rows would minimise a loss with no gradient (and stop inside ``backward``).
+
+    * Pretraining (``pretraining``: it runs, ``pretrain_epochs > 0``) trains the encoder and the
+      decoder on reconstruction (with a decoder) and the contrastive term (``contrastive_weight``
+      and ``n_neighbors`` > 0, ``n_rows > 1``); where it has either term, the encoder or the
+      decoder needs a parameter that requires a gradient.
+    * Joint training (``joint``: ``epochs > 0``) needs a term: ``kmeans_weight``,
+      ``self_training_weight`` or ``consistency_weight`` (with ``n_neighbors > 0``) > 0, each of
+      which trains the centroids, or ``recon_weight > 0`` with a decoder, with a trainable
+      parameter in the encoder or the decoder."""
+    networks = _trains(dc.encoder) or _trains(dc.decoder)
+    contrastive = dc.contrastive_weight > 0 and dc.n_neighbors > 0 and n_rows > 1
+    if pretraining and dc.pretrain_epochs > 0 and (dc.decoder is not None or contrastive) \
+            and not networks:
+        which = "the encoder" if dc.decoder is None else "the encoder and the decoder"
+        raise ValueError(f"pretrain_epochs={dc.pretrain_epochs!r} trains {which}, but no "
+                         f"parameter of {which} requires a gradient: set pretrain_epochs=0 to "
+                         "use them as they are, or give them trainable parameters "
+                         "(requires_grad_(True))")
+    if not joint or dc.epochs == 0:
+        return
+    recon = dc.decoder is not None and dc.recon_weight > 0
+    if dc.kmeans_weight > 0 or dc.self_training_weight > 0 or (recon and networks) or (
+        dc.consistency_weight > 0 and dc.n_neighbors > 0
+    ):
+        return
+    recon_why = ("decoder=None" if dc.decoder is None else
+                 f"recon_weight={dc.recon_weight!r}" if dc.recon_weight == 0 else
+                 "no trainable parameter in the encoder or the decoder")
+    raise ValueError(f"epochs={dc.epochs!r} trains on a loss with no term: "
+                     f"kmeans_weight={dc.kmeans_weight!r}, "
+                     f"self_training_weight={dc.self_training_weight!r}, "
+                     f"consistency_weight={dc.consistency_weight!r} (with "
+                     f"n_neighbors={dc.n_neighbors!r}) and no reconstruction ({recon_why}): "
+                     "set one of the weights > 0, or epochs=0")

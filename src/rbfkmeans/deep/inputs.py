@@ -49,7 +49,8 @@ _BLOCK_ROWS = 8192
 
 def as_rows(X: Any, device: torch.device, image_shape: Any = None) -> Tensor:
     """``X`` (n, d) as a float32 tensor on ``device``: an array or tensor of real numbers, 2-D,
-    finite, ``d`` matching ``image_shape`` when one is given. Errors name ``X``."""
+    finite and within float32's range (a finite float64 value beyond it is named as such),
+    ``d`` matching ``image_shape`` when one is given. Errors name ``X``."""
     if isinstance(X, Tensor):
         Xt = X.detach()
     else:
@@ -66,9 +67,16 @@ def as_rows(X: Any, device: torch.device, image_shape: Any = None) -> Tensor:
                          f"{tuple(Xt.shape)}")
     if not (Xt.is_floating_point() or Xt.dtype in (torch.int32, torch.int64, torch.uint8)):
         raise TypeError(f"X must hold real numbers; got dtype {Xt.dtype}")
+    given = Xt
     Xt = Xt.to(device=device, dtype=torch.float32)
     if not torch.isfinite(Xt).all():
-        raise ValueError("X must be finite; got NaN or inf entries")
+        if given.is_floating_point() and not torch.isfinite(given).all():
+            raise ValueError("X must be finite; got NaN or inf entries")
+        big = given.abs().argmax()
+        raise ValueError(f"X must fit float32, in which the encoder reads it (largest magnitude "
+                         f"{torch.finfo(torch.float32).max:.4g}); got "
+                         f"{float(given.flatten()[big]):.4g} at row {int(big) // given.shape[1]}, "
+                         f"column {int(big) % given.shape[1]}: rescale X")
     if image_shape is not None:
         check_image_shape(image_shape, Xt.shape[1])
     return Xt

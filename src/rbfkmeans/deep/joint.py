@@ -45,8 +45,9 @@ of the pretrained embedding. No stage forms an (n, n) matrix, and the per-epoch 
 rows (embeddings, memberships, targets, labels) go a block of rows at a time.
 
 The fitted labels of the training rows are the argmax of ``Rbar``, the memberships averaged
-over the same neighbours (the vote the targets sharpen; ``neighbor_labels``); :meth:`predict`,
-for any rows, is the layer's nearest centroid.
+over the same neighbours (the vote the targets sharpen; ``neighbor_labels``), or the nearest
+centroid where the graph cannot tell rows apart or the vote leaves more clusters empty
+(:mod:`~rbfkmeans.deep.inference`); :meth:`predict`, for any rows, is the nearest centroid.
 
 The temperature cools geometrically from ``T_start`` to ``T_end`` across the joint epochs
 (:func:`rbfkmeans.schedules.geometric_schedule`; both in units of the first critical temperature
@@ -68,7 +69,7 @@ from torch import Tensor, nn
 from ..assignments import check_assignment
 from ..layer import KMeansLayer
 from ..schedules import critical_temperature
-from ._parameters import check_parameters
+from ._parameters import check_parameters, check_trainable
 from .checks import all_or_nothing, check_input_width, check_output_width
 from .graph import knn_graph
 from .inference import InferenceMixin
@@ -113,7 +114,9 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
         ``labels_`` of the training rows as the argmax of their memberships averaged with their
         ``n_neighbors`` input-space neighbours' (``Rbar``, the average the targets sharpen:
         :func:`~rbfkmeans.deep.losses.neighbor_average`); ``False``, or ``n_neighbors = 0``:
-        the layer's nearest centroid, as :meth:`predict` gives for any rows.
+        the layer's nearest centroid, as :meth:`predict` gives for any rows (also where the
+        graph cannot tell rows apart or the vote leaves more clusters empty than it:
+        :mod:`~rbfkmeans.deep.inference`).
     augment : int, default 0
         Images only (``image_shape``): each contrastive or consistency positive, and its row,
         translated by a random offset of up to this many pixels
@@ -159,7 +162,8 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
     --------------------------
     layer_ : KMeansLayer
     labels_ : ndarray (n,)           cluster of each training row after joint training (the
-                                     neighbour vote, or the nearest centroid: ``neighbor_labels``)
+                                     neighbour vote, or the nearest centroid: ``neighbor_labels``,
+                                     :mod:`~rbfkmeans.deep.inference`)
     init_labels_ : ndarray (n,)      RBFKMeans labels on the pretrained embedding ("two-step")
     init_embedding_ : ndarray (n, p) the pretrained embedding
     critical_temperature_ : float    ``T_c`` of the initial embedding
@@ -315,19 +319,8 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
         return all_or_nothing(self, self.encoder, self.decoder, getattr(self, "layer_", None))
 
     def _params(self) -> list[Tensor]:
-        params: list[Tensor] = list(self.encoder.parameters())
-        if self.decoder is not None:
-            params += list(self.decoder.parameters())
-        return params
-
-    def _batches(self, n: int, gen: torch.Generator) -> list[Tensor]:
-        perm = torch.randperm(n, generator=gen).to(self._device)
-        return list(perm.split(self.batch_size))
-
-    def _progress(self, total: int, desc: str) -> Any:
-        from tqdm.auto import tqdm
-
-        return tqdm(range(total), desc=desc, disable=not self.verbose, leave=False)
+        decoder = [] if self.decoder is None else list(self.decoder.parameters())
+        return [*self.encoder.parameters(), *decoder]
 
     def _neighbors(self, Xt: Tensor) -> Tensor:
         """The input-space graph (n, m) (:func:`~rbfkmeans.deep.graph.knn_graph`)."""
@@ -364,9 +357,10 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
         """Pretrain (unless done already), initialise the layer, then train jointly (module
         docstring). ``y`` is ignored. ``timings_`` holds the seconds of each stage.
 
-        The parameters and ``X`` are checked before anything changes, and a call that raises
+        The parameters and ``X`` are checked before anything changes (settings that leave the
+        loss of a stage without a gradient raise ``ValueError``), a call that raises
         (``KeyboardInterrupt`` too) leaves the clusterer, its networks and its layer exactly as
-        they were."""
+        they were, and one that returns leaves the networks in the train/eval modes they had."""
         t0 = time.perf_counter()
         self._check_params()
         Xt = self._as_tensor(X)
@@ -374,6 +368,7 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
         if n < k:
             raise ValueError(f"X must have at least n_clusters={k} rows; got {n}")
         check_output_width(self.decoder, Xt)
+        check_trainable(self, n, pretraining=not self.pretrained_, joint=True)
         with self._all_or_nothing():
             return self._fit(Xt, t0)
 
@@ -394,7 +389,7 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
         self.timings_["start_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         self._joint(Xt, neighbors)
-        self.labels_ = self._reported_labels(self._embed_all(Xt), neighbors).cpu().numpy()
+        self.labels_ = self._fitted_labels(self._embed_all(Xt), neighbors).cpu().numpy()
         self.n_features_in_ = Xt.shape[1]
         self.timings_["joint_s"] = time.perf_counter() - t0
         return self

@@ -30,6 +30,9 @@ MAX_TABLE_ENTRIES = 1 << 28
 
 
 def _labels(a: Any, name: str) -> np.ndarray:
+    """``a`` as a non-empty 1-D array of integer labels, in its own integer dtype (``uint64``
+    too) or, for floats, as int64: floats must be integral and within int64's range. Errors name
+    ``name`` and the value."""
     arr = np.asarray(a)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be a 1-D array of labels; got shape {arr.shape}")
@@ -38,13 +41,19 @@ def _labels(a: Any, name: str) -> np.ndarray:
     if arr.dtype.kind not in "biuf":
         raise TypeError(f"{name} must hold integer labels; got dtype {arr.dtype} (e.g. "
                         f"{arr[0]!r})")
-    if not np.issubdtype(arr.dtype, np.integer):
-        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
-            raise ValueError(f"{name} must hold integer labels; got dtype {arr.dtype}")
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr) | (arr != np.round(arr)) | (arr < -(2.0**63)) | (arr >= 2.0**63)
+        if bad.any():
+            raise ValueError(f"{name} must hold integer labels (floats: whole numbers within "
+                             f"int64's range); got {float(arr[bad][0])!r} ({arr.dtype})")
         arr = arr.astype(np.int64)
-    if arr.min() < 0:
-        raise ValueError(f"{name} must hold labels >= 0; got min {arr.min()}")
-    return arr.astype(np.int64, copy=False)
+    return arr
+
+
+def _codes(arr: np.ndarray) -> np.ndarray:
+    """The labels ``arr`` renumbered ``0 .. m-1`` in increasing order (int64): every score is the
+    same under a renumbering, and the codes index a table of ``m`` rows."""
+    return np.unique(arr, return_inverse=True)[1].reshape(-1).astype(np.int64, copy=False)
 
 
 def _pair(y_true: Any, y_pred: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -59,44 +68,54 @@ def _pair(y_true: Any, y_pred: Any) -> tuple[np.ndarray, np.ndarray]:
 def contingency(y_true: Any, y_pred: Any) -> np.ndarray:
     """Square contingency table ``M`` (m, m): ``M[a, b]`` = number of points predicted ``a``
     with label ``b`` (``m`` the largest label plus one; at most :data:`MAX_TABLE_ENTRIES`
-    entries)."""
+    entries). The labels index the table, so they must be >= 0 (``ValueError`` naming the
+    argument and the label otherwise: renumber them first, ``numpy.unique(...,
+    return_inverse=True)``)."""
     yt, yp = _pair(y_true, y_pred)
+    for name, arr in (("y_true", yt), ("y_pred", yp)):
+        if arr.dtype.kind == "i" and arr.min() < 0:
+            raise ValueError(f"{name} holds the label {int(arr.min())}: contingency indexes its "
+                             "table by the labels, which must be >= 0; relabel them 0 .. k-1 "
+                             "first (numpy.unique(..., return_inverse=True))")
     return _table(yt, yp, ("y_true", "y_pred"))
 
 
 def _table(yt: np.ndarray, yp: np.ndarray, names: tuple[str, str]) -> np.ndarray:
-    m = int(max(yt.max(), yp.max())) + 1
+    """The table of labels >= 0 (:func:`contingency`), its size checked in Python integers (a
+    ``uint64`` label beyond int64 has no table)."""
+    top_t, top_p = int(yt.max()), int(yp.max())
+    m = max(top_t, top_p) + 1
     if m * m > MAX_TABLE_ENTRIES:
-        name, top = (names[0], yt.max()) if yt.max() >= yp.max() else (names[1], yp.max())
-        raise ValueError(f"{name} holds labels up to {int(top)}: a contingency table indexed by "
+        name, top = (names[0], top_t) if top_t >= top_p else (names[1], top_p)
+        raise ValueError(f"{name} holds labels up to {top}: a contingency table indexed by "
                          f"them would have {m} x {m} entries; relabel them 0 .. k-1 first "
                          "(numpy.unique(..., return_inverse=True))")
     M = np.zeros((m, m), dtype=np.int64)  # (m, m)
-    np.add.at(M, (yp, yt), 1)
+    np.add.at(M, (yp.astype(np.int64), yt.astype(np.int64)), 1)
     return M
 
 
 def cluster_acc(y_true: Any, y_pred: Any) -> float:
     """Accuracy under the best one-to-one cluster-to-class matching (module docstring). The
     labels are first renumbered ``0 .. k-1`` in order (the zero rows and columns of unused labels
-    change no matching), so any integer labels work."""
+    change no matching), so any integer labels work, negative ones (e.g. -1 for noise) too."""
     yt, yp = _pair(y_true, y_pred)
-    yt, yp = np.unique(yt, return_inverse=True)[1], np.unique(yp, return_inverse=True)[1]
-    M = _table(yt.reshape(-1), yp.reshape(-1), ("y_true", "y_pred"))
+    M = _table(_codes(yt), _codes(yp), ("y_true", "y_pred"))
     rows, cols = linear_sum_assignment(M, maximize=True)
     return float(M[rows, cols].sum() / M.sum())
 
 
 def nmi(y_true: Any, y_pred: Any) -> float:
-    """Normalised mutual information (arithmetic mean normalisation)."""
+    """Normalised mutual information (arithmetic mean normalisation), of any integer labels
+    (renumbered ``0 .. m-1`` first, which changes no score)."""
     yt, yp = _pair(y_true, y_pred)
-    return float(normalized_mutual_info_score(yt, yp))
+    return float(normalized_mutual_info_score(_codes(yt), _codes(yp)))
 
 
 def ari(y_true: Any, y_pred: Any) -> float:
-    """Adjusted Rand index."""
+    """Adjusted Rand index, of any integer labels (renumbered as for :func:`nmi`)."""
     yt, yp = _pair(y_true, y_pred)
-    return float(adjusted_rand_score(yt, yp))
+    return float(adjusted_rand_score(_codes(yt), _codes(yp)))
 
 
 def evaluate(y_true: Any, y_pred: Any) -> dict[str, float]:

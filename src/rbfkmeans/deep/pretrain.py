@@ -10,7 +10,7 @@ the pair differs by more than the graph's edge. Reconstruction always targets th
 
 :class:`PretrainMixin` holds this stage for :class:`~rbfkmeans.deep.joint.DeepClusterer`; it
 reads the clusterer's settings and networks and writes ``pretrain_history_`` and
-``pretrained_``.
+``pretrained_``; its batches, progress bars and positives serve the joint stage too.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ._parameters import check_trainable
 from .augment import random_affine, random_shift
-from .checks import check_output_width
+from .checks import check_output_width, check_reconstruction
 from .inputs import warn_if_unscaled
 from .losses import neighbor_contrastive_loss
 
@@ -32,6 +33,18 @@ __all__ = ["PretrainMixin"]
 class PretrainMixin:
     """The pretraining stage (module docstring) of :class:`~rbfkmeans.deep.joint.DeepClusterer`
     (``self`` is the clusterer: its networks, settings and helpers)."""
+
+    def _batches(self: Any, n: int, gen: torch.Generator) -> list[Tensor]:
+        """A random order of the ``n`` rows (drawn from ``gen``), in minibatches of
+        ``batch_size``: the batches of an epoch of either stage."""
+        perm = torch.randperm(n, generator=gen).to(self._device)
+        return list(perm.split(self.batch_size))
+
+    def _progress(self: Any, total: int, desc: str) -> Any:
+        """The ``total`` epochs of a stage, with a progress bar when ``verbose``."""
+        from tqdm.auto import tqdm
+
+        return tqdm(range(total), desc=desc, disable=not self.verbose, leave=False)
 
     @property
     def _augments(self: Any) -> bool:
@@ -58,11 +71,14 @@ class PretrainMixin:
     def pretrain(self: Any, X: Any) -> Any:
         """Train encoder and decoder on ``L_pre`` (module docstring): reconstruction plus
         ``contrastive_weight`` times the neighbour-contrastive loss, for ``pretrain_epochs``.
-        The parameters and ``X`` are checked first; a call that raises (``KeyboardInterrupt``
-        too) leaves the clusterer and its networks exactly as they were."""
+        The parameters and ``X`` are checked first (``ValueError`` where no parameter of the
+        networks would train: :func:`~rbfkmeans.deep._parameters.check_trainable`); a call that
+        raises (``KeyboardInterrupt`` too) leaves the clusterer and its networks exactly as they
+        were, and one that returns leaves the networks in the train/eval modes they had."""
         self._check_params()
         Xt = self._as_tensor(X)
         check_output_width(self.decoder, Xt)
+        check_trainable(self, Xt.shape[0], pretraining=True, joint=False)
         with self._all_or_nothing():
             warn_if_unscaled(Xt)
             return self._pretrain(Xt, None)
@@ -103,13 +119,15 @@ class PretrainMixin:
         if neighbors is None:
             xb = Xt[idx]
             zb = self._embed(xb)
-            return F.mse_loss(self.decoder(zb), xb)
+            return F.mse_loss(check_reconstruction(self.decoder(zb), xb), xb)
         xb, xp = self._views(Xt, idx, neighbors, gen)
         zb = self._embed(xb)
         loss = zb.new_zeros(())
         if self.decoder is not None:
             z_clean = zb if not self._augments else self._embed(Xt[idx])
-            loss = loss + F.mse_loss(self.decoder(z_clean), Xt[idx])
+            x_clean = Xt[idx]
+            loss = loss + F.mse_loss(check_reconstruction(self.decoder(z_clean), x_clean),
+                                     x_clean)
         z_pos = self._embed(xp)
         return loss + self.contrastive_weight * neighbor_contrastive_loss(
             F.normalize(zb, dim=1), F.normalize(z_pos, dim=1), self.contrastive_temperature)

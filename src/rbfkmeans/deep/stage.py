@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..assignments import get_assignment
+from .checks import check_input_width, check_reconstruction
 from .guard import collapse_guard
 from .losses import (
     batch_targets,
@@ -36,6 +37,13 @@ from .start import epoch_temperatures
 __all__ = ["JointStageMixin"]
 
 
+def _described(value: Any) -> str:
+    """``value``'s type, and for a tensor its dtype and shape (for error messages)."""
+    if isinstance(value, Tensor):
+        return f"a tensor of dtype {value.dtype} and shape {tuple(value.shape)}"
+    return type(value).__name__
+
+
 class JointStageMixin:
     """The joint loss and its training loop (module docstring)."""
 
@@ -43,10 +51,12 @@ class JointStageMixin:
              X_pos: Tensor | None = None) -> dict[str, Tensor]:
         """The joint loss ``L`` (module docstring) on a batch ``X`` (b, d) with targets ``P``
         (b, k) (the self-training term is skipped without them) and positives ``X_pos`` (b, d)
-        (the consistency term is skipped without them). Returns the total and its terms;
-        differentiable in the encoder, the decoder and the centroids."""
+        (the consistency term is skipped without them), all floating-point tensors, ``b >= 1``
+        (``TypeError``/``ValueError`` naming the argument otherwise). Returns the total and its
+        terms; differentiable in the encoder, the decoder and the centroids."""
         if not hasattr(self, "layer_"):
             raise RuntimeError("the k-means layer does not exist yet: call init_layer or fit first")
+        self._check_batch(X, P, X_pos)
         Z = self._embed(X)  # (b, p)
         zero = Z.new_zeros(())
         terms = {"kmeans": zero, "recon": zero, "self_training": zero, "consistency": zero}
@@ -54,7 +64,7 @@ class JointStageMixin:
         if self.kmeans_weight > 0:
             terms["kmeans"] = self.layer_.objective(Z) / X.shape[0]
         if self.decoder is not None and self.recon_weight > 0:
-            terms["recon"] = F.mse_loss(self.decoder(Z), X)
+            terms["recon"] = F.mse_loss(check_reconstruction(self.decoder(Z), X), X)
         if P is not None and self.self_training_weight > 0:
             D = self.layer_.distances(Z)  # (b, k)
             terms["self_training"] = fenchel_young_loss(D, P, T, self.assignment)
@@ -68,6 +78,28 @@ class JointStageMixin:
             + self.consistency_weight * terms["consistency"]
         )
         return {"total": total, **terms}
+
+    def _check_batch(self: Any, X: Any, P: Any, X_pos: Any) -> None:
+        """The arguments of :meth:`loss`: ``X`` a float tensor (b, d), ``b >= 1``, of the
+        encoder's input width, ``P`` ``None`` or (b, k), ``X_pos`` ``None`` or of ``X``'s
+        shape."""
+        if not isinstance(X, Tensor) or not X.is_floating_point():
+            raise TypeError(f"X must be a floating-point torch.Tensor (b, d) of rows; got "
+                            f"{_described(X)}")
+        if X.dim() != 2 or X.shape[0] == 0:
+            raise ValueError(f"X must be a batch (b, d) of b >= 1 rows; got shape "
+                             f"{tuple(X.shape)}")
+        check_input_width(self.encoder, X)
+        k = self.layer_.centroids.shape[0]
+        for name, value, shape in (("P", P, (X.shape[0], k)), ("X_pos", X_pos, tuple(X.shape))):
+            if value is None:
+                continue
+            if not isinstance(value, Tensor) or not value.is_floating_point():
+                raise TypeError(f"{name} must be None or a floating-point torch.Tensor {shape}; "
+                                f"got {_described(value)}")
+            if tuple(value.shape) != shape:
+                raise ValueError(f"{name} must have shape {shape} (X has shape {tuple(X.shape)}, "
+                                 f"the layer {k} clusters); got {tuple(value.shape)}")
 
     def _temperatures(self: Any) -> np.ndarray:
         Tc = self.critical_temperature_
