@@ -103,7 +103,8 @@ def test_schedule_and_n_init_are_passed_on(tmp_path: Path, capsys) -> None:
         ["fit", str(src), "-k", "10", "--force", "--schedule", "k-means++"], capsys)
     with pytest.raises(SystemExit):
         main(["fit", str(src), "-k", "10", "--n-init", "three"])
-    assert "--n-init: must be 'auto' or an integer >= 1; got 'three'" in capsys.readouterr().err
+    assert ("--n-init: must be 'auto' or an integer from 1 to 1000; got 'three'"
+            in capsys.readouterr().err)
 
 
 def test_outputs_default_next_to_the_input(tmp_path: Path, capsys) -> None:

@@ -33,29 +33,24 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
 
 
 def _cmd_deep_cluster(args: argparse.Namespace) -> int:
-    import torch
-
     from .atomic_files import staged_folder
+    from .cli_args import torch_threads
     from .deep.experiment import run_ablation, run_deep_cluster
     from .table_file import one_line
 
     settings = {"quick": args.quick, "progress": not args.no_progress, "hidden": args.hidden,
                 "assignment": args.assignment, "epochs": args.epochs,
                 "pretrain_epochs": args.pretrain_epochs}
-    threads = torch.get_num_threads()
-    torch.set_num_threads(args.threads)
     try:
-        with staged_folder(Path(args.out), args.force) as stage:
+        with torch_threads(args.threads), staged_folder(Path(args.out), args.force) as stage:
             if args.ablation:
                 run_ablation(args.dataset, args.seeds, stage, **settings)
             else:
                 res = run_deep_cluster(args.dataset, args.seeds, stage,
                                        figure=not args.no_figure, **settings)
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, ImportError) as exc:  # ImportError: an extra not installed
         print(f"rbfkmeans deep-cluster: error: {one_line(exc)}", file=sys.stderr)
         return 2
-    finally:
-        torch.set_num_threads(threads)
     if args.ablation:
         print((Path(args.out) / "ablation.md").read_text())
         return 0
@@ -85,29 +80,43 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_fit import add_fit_parser  # the command's heavy imports wait until it runs
 
     add_fit_parser(sub)
-    from .cli_args import integer_at_least, widths
+    from .cli_args import (
+        MAX_EPOCHS,
+        MAX_LAYERS,
+        MAX_SEEDS,
+        MAX_WIDTH,
+        folder,
+        integer_at_least,
+        max_threads,
+        widths,
+    )
     from .deep.datasets import DATASETS
 
     deep = sub.add_parser(
         "deep-cluster", help="k-means on raw features vs autoencoder then k-means vs joint training"
     )
-    deep.add_argument("--dataset", choices=DATASETS, default="digits")
-    deep.add_argument("--seeds", type=integer_at_least(1), default=3,
-                      help="runs with seeds 0..N-1 (default 3)")
-    deep.add_argument("--out", default="out/deep",
+    deep.add_argument("--dataset", choices=DATASETS, default="digits",
+                      help="mnist and mnist-test need the mnist extra")
+    deep.add_argument("--seeds", type=integer_at_least(1, MAX_SEEDS), default=3,
+                      help=f"runs with seeds 0..N-1 (default 3, at most {MAX_SEEDS})")
+    deep.add_argument("--out", type=folder, default="out/deep",
                       help="output folder, new or empty, written all or none (default out/deep)")
     deep.add_argument("--force", action="store_true", help="write into a folder that holds "
                       "files, replacing those of the same names")
     deep.add_argument("--assignment", choices=tuple(ASSIGNMENTS))
-    deep.add_argument("--epochs", type=integer_at_least(0), help="joint-training epochs")
-    deep.add_argument("--pretrain-epochs", type=integer_at_least(0),
-                      help="autoencoder pretraining epochs")
-    deep.add_argument("--hidden", type=widths, help="hidden layer widths, e.g. 256,256")
+    deep.add_argument("--epochs", type=integer_at_least(0, MAX_EPOCHS),
+                      help=f"joint-training epochs (at most {MAX_EPOCHS})")
+    deep.add_argument("--pretrain-epochs", type=integer_at_least(0, MAX_EPOCHS),
+                      help=f"autoencoder pretraining epochs (at most {MAX_EPOCHS})")
+    deep.add_argument("--hidden", type=widths,
+                      help=f"hidden layer widths, e.g. 256,256 (at most {MAX_LAYERS} layers of at "
+                      f"most {MAX_WIDTH})")
     deep.add_argument("--quick", action="store_true", help="tiny networks and epochs (smoke test)")
     deep.add_argument("--ablation", action="store_true",
                       help="train variants of the joint method; write ablation.json/.md")
-    deep.add_argument("--threads", type=integer_at_least(1), default=1,
-                      help="torch threads (default 1: these small networks gain nothing from more)")
+    deep.add_argument("--threads", type=integer_at_least(1, max_threads()), default=1,
+                      help="torch threads (default 1: these small networks gain nothing from "
+                      f"more; at most {max_threads()})")
     deep.add_argument("--no-progress", action="store_true")
     deep.add_argument("--no-figure", action="store_true")
     deep.set_defaults(func=_cmd_deep_cluster)

@@ -37,6 +37,7 @@ from typing import IO, TYPE_CHECKING, Any
 from ._parameters import SCHEDULES
 from .assignments import ASSIGNMENTS
 from .atomic_files import Writer, as_path, check_out, check_targets, write_outputs
+from .cli_args import MAX_N_INIT, folder
 from .metrics import METRICS
 from .table_file import check_input, is_npy, one_line, parse_delimiter, read_matrix
 
@@ -64,7 +65,7 @@ def add_fit_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--metric", choices=METRICS, default="sqeuclidean",
                    help="sqeuclidean (k-means) or cosine (spherical k-means: unit centres, "
                    "inertia sum(1 - max cos); every row needs a non-zero norm)")
-    p.add_argument("--out", type=Path, default=None,
+    p.add_argument("--out", type=folder, default=None,
                    help="output folder (created if needed; default: the input's folder)")
     p.add_argument("--force", action="store_true",
                    help="replace outputs that already exist (the input file never is)")
@@ -73,8 +74,8 @@ def add_fit_parser(sub: Any) -> argparse.ArgumentParser:
                    help="the annealing ladder, or k-means++ restarts without annealing "
                    "(default: splits; the quality setting is --schedule k-means++ --n-init 6)")
     p.add_argument("--n-init", type=_n_init, default="auto",
-                   help="runs, the lowest inertia kept ('auto' or an integer >= 1; default "
-                   "auto, as RBFKMeans)")
+                   help=f"runs, the lowest inertia kept ('auto' or an integer from 1 to "
+                   f"{MAX_N_INIT}; default auto, as RBFKMeans)")
     p.add_argument("--max-swaps", type=int, default=30,
                    help="swaps after an annealed fit, at most (default 30, as RBFKMeans; 0: none)")
     p.add_argument("--delimiter", default=None,
@@ -86,14 +87,18 @@ def add_fit_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def _n_init(text: str) -> int | str:
-    """``--n-init``: ``auto`` as it is, else an integer (the estimator checks that it is >= 1)."""
+    """``--n-init``: ``auto`` as it is, else an integer of at most :data:`MAX_N_INIT` (the
+    estimator checks that it is >= 1)."""
     if text == "auto":
         return text
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
+        value = MAX_N_INIT + 1
+    if value > MAX_N_INIT:
         raise argparse.ArgumentTypeError(
-            f"must be 'auto' or an integer >= 1; got {text!r}") from None
+            f"must be 'auto' or an integer from 1 to {MAX_N_INIT}; got {text!r}")
+    return value
 
 
 # -- the outputs -------------------------------------------------------------------------------

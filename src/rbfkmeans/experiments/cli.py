@@ -36,20 +36,22 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
 
 def add_reproduce_parser(sub: Any) -> None:
     """Register ``reproduce`` on the subparsers object ``sub`` of the main parser."""
-    from ..cli_args import integer_at_least
+    from ..cli_args import folder, integer_at_least, max_threads
+    from .runner import SEED_MAX
     p = sub.add_parser(
         "reproduce",
         help="measure every claim of the paper and the interview question; write a report",
         description="Run the reproduction: results.json (raw numbers), PNG figures drawn from it, "
         "and report.md. The default run takes minutes; --quick is a small version.",
     )
-    p.add_argument("--out", required=True,
+    p.add_argument("--out", type=folder, required=True,
                    help="output folder: new or empty, written all or none")
     p.add_argument("--force", action="store_true",
                    help="write into a folder that holds files, replacing those of the same names")
     p.add_argument("--quick", action="store_true", help="small sizes (what the tests run)")
-    p.add_argument("--seed", type=integer_at_least(0), default=0,
-                   help="seed of the datasets and the runs")
-    p.add_argument("--threads", type=integer_at_least(1), default=1,
-                   help="torch threads while it runs (default 1: the problems are small)")
+    p.add_argument("--seed", type=integer_at_least(0, SEED_MAX), default=0,
+                   help=f"seed of the datasets and the runs (default 0, at most {SEED_MAX})")
+    p.add_argument("--threads", type=integer_at_least(1, max_threads()), default=1,
+                   help="torch threads while it runs (default 1: the problems are small; at "
+                   f"most {max_threads()})")
     p.set_defaults(func=_cmd_reproduce)

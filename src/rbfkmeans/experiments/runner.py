@@ -21,7 +21,12 @@ import torch
 
 from ._common import Config, Context, build_context, dataset_summary, sanitize
 
-__all__ = ["load_results", "run_reproduction"]
+__all__ = ["SEED_MAX", "load_results", "run_reproduction"]
+
+#: The largest ``seed`` of a reproduction: the runs seed their generators with up to
+#: ``10 * seed + 9`` (and ``1000 * seed + 999`` for torch's), and scikit-learn's and the
+#: estimator's ``random_state`` must be below ``2**32``.
+SEED_MAX = 2**32 // 10 - 1
 
 
 def _steps(config: Config) -> list[tuple[str, Callable[[Context, dict[str, Any]], Any]]]:
@@ -61,17 +66,32 @@ def run_reproduction(
 ) -> dict[str, Any]:
     """Run the reproduction into ``out`` (created); returns the results as written.
 
-    ``threads`` bounds torch's intra-op threads while it runs (the problems are small; on a
-    shared machine one thread is much faster than several fighting for cores).
+    ``seed`` is an integer from 0 to :data:`SEED_MAX`. ``threads`` bounds torch's intra-op
+    threads while it runs (the problems are small; on a shared machine one thread is much faster
+    than several fighting for cores), at most the machine's CPUs.
     """
     from tqdm.auto import tqdm
 
+    from .._validation import check_positive_int
+    from ..cli_args import max_threads
+
+    if not isinstance(out, str | os.PathLike):
+        raise TypeError(f"out must be a path; got {type(out).__name__} {out!r}")
+    if not os.fspath(out):
+        raise ValueError("out must name a folder; got ''")
+    seed = check_positive_int(seed, "seed", minimum=0)
+    if seed > SEED_MAX:
+        raise ValueError(f"seed must be an integer from 0 to {SEED_MAX}; got {seed!r}")
+    threads = check_positive_int(threads, "threads")
+    if threads > max_threads():
+        raise ValueError(f"threads must be an integer from 1 to {max_threads()}; got "
+                         f"{threads!r}")
     config = Config.quick_config(seed) if quick else Config.default(seed)
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path = out_dir / "results.json"
     old_threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(threads)))
+    torch.set_num_threads(threads)
     steps = _steps(config)
     bar = tqdm(total=len(steps) + 3, desc="reproduce", disable=not progress, unit="step")
     results: dict[str, Any] = {

@@ -11,25 +11,20 @@ __all__ = ["add_vq_parser"]
 
 
 def _cmd_vq(args: argparse.Namespace) -> int:
-    import torch
-
     from ..atomic_files import staged_folder
+    from ..cli_args import torch_threads
     from ..table_file import one_line
     from .experiment import run_vq  # heavy imports only when the command runs
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(args.threads)
     try:
-        with staged_folder(Path(args.out), args.force) as stage:
+        with torch_threads(args.threads), staged_folder(Path(args.out), args.force) as stage:
             res = run_vq(stage, args.dataset, args.seeds, quick=args.quick,
                          peer=not args.no_peer, progress=not args.no_progress,
                          figure=not args.no_figure, steps=args.steps,
                          codebook_size=args.codebook_size)
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, ImportError) as exc:  # ImportError: an extra not installed
         print(f"rbfkmeans vq: error: {one_line(exc)}", file=sys.stderr)
         return 2
-    finally:
-        torch.set_num_threads(threads)
     k = res["config"]["codebook_size"]
     print(f"{'quantiser':24s} {'MSE':>8s} {'usage':>7s} {'perplexity':>10s} {'dead':>5s} "
           f"{'time':>7s}")
@@ -52,7 +47,14 @@ def _cmd_vq(args: argparse.Namespace) -> int:
 
 def add_vq_parser(sub: Any) -> None:
     """Register ``vq`` on the subparsers object ``sub`` of the main parser."""
-    from ..cli_args import integer_at_least
+    from ..cli_args import (
+        MAX_CODES,
+        MAX_SEEDS,
+        MAX_STEPS,
+        folder,
+        integer_at_least,
+        max_threads,
+    )
     p = sub.add_parser(
         "vq", help="a VQ autoencoder on digits or MNIST: VectorQuantizer vs "
         "vector-quantize-pytorch",
@@ -62,21 +64,23 @@ def add_vq_parser(sub: Any) -> None:
     )
     p.add_argument("--dataset", choices=("digits", "mnist"), default="digits",
                    help="digits (scikit-learn) or mnist (the mnist extra)")
-    p.add_argument("--out", required=True,
+    p.add_argument("--out", type=folder, required=True,
                    help="output folder: new or empty, written all or none")
     p.add_argument("--force", action="store_true",
                    help="write into a folder that holds files, replacing those of the same names")
-    p.add_argument("--seeds", type=integer_at_least(1), default=3,
-                   help="runs with seeds 0..N-1 (default 3)")
-    p.add_argument("--steps", type=integer_at_least(1),
-                   help="training steps (default 3000; mnist 5000)")
-    p.add_argument("--codebook-size", type=integer_at_least(1),
-                   help="codes in the codebook (default 128; mnist 256)")
+    p.add_argument("--seeds", type=integer_at_least(1, MAX_SEEDS), default=3,
+                   help=f"runs with seeds 0..N-1 (default 3, at most {MAX_SEEDS})")
+    p.add_argument("--steps", type=integer_at_least(1, MAX_STEPS),
+                   help=f"training steps (default 3000; mnist 5000; at most {MAX_STEPS})")
+    p.add_argument("--codebook-size", type=integer_at_least(1, MAX_CODES),
+                   help="codes in the codebook (default 128; mnist 256; at most the training "
+                   "vectors: images x 4 slots)")
     p.add_argument("--quick", action="store_true", help="tiny settings (what the tests run)")
     p.add_argument("--no-peer", action="store_true",
                    help="leave vector-quantize-pytorch out even when it is installed")
-    p.add_argument("--threads", type=integer_at_least(1), default=1,
-                   help="torch threads (default 1: these small networks gain nothing from more)")
+    p.add_argument("--threads", type=integer_at_least(1, max_threads()), default=1,
+                   help="torch threads (default 1: these small networks gain nothing from more; "
+                   f"at most {max_threads()})")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--no-figure", action="store_true")
     p.set_defaults(func=_cmd_vq)

@@ -32,6 +32,7 @@ import json
 import platform
 import time
 from collections.abc import Callable, Sequence
+from os import PathLike, fspath
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,9 @@ import torch
 from torch import Tensor, nn
 
 from .._validation import check_seeds
+from ..cli_args import MAX_SEEDS
 from ..quantizer import VectorQuantizer, code_perplexity
+from ..quantizer_checks import check_number
 
 __all__ = [
     "DATASETS",
@@ -49,6 +52,7 @@ __all__ = [
     "METHODS",
     "PEER",
     "QUICK",
+    "SEED_MAX",
     "VQAutoencoder",
     "default_config",
     "load_digits_split",
@@ -95,12 +99,40 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
 #: Tiny settings for tests and smoke runs.
 QUICK: dict[str, Any] = {"steps": 30, "codebook_size": 16, "batch_size": 64, "n_show": 4}
 
+#: The settings that are integers >= 1.
+_INTEGERS = ("slots", "dim", "hidden", "codebook_size", "steps", "batch_size", "dead_code_steps",
+             "n_show")
+
+#: The settings that are real numbers: the rule each obeys, and its test.
+_REALS: dict[str, tuple[str, Callable[[float], bool]]] = {
+    "lr": ("a finite number >= 0", lambda v: v >= 0),  # 0: the networks keep their start
+    "commitment_weight": ("a finite number >= 0", lambda v: v >= 0),
+    "T_start": ("a finite number >= 0", lambda v: v >= 0),
+    "kmeans_decay": ("a number in (0, 1]", lambda v: 0 < v <= 1),
+    "peer_decay": ("a number in (0, 1]", lambda v: 0 < v <= 1),
+    "peer_dead_code_threshold": ("a finite number >= 0", lambda v: v >= 0),
+    "test_size": ("a number in (0, 1)", lambda v: 0 < v < 1),
+}
+
+#: The largest seed of a run: the peer's codebook is drawn with ``torch.manual_seed(seed + 1)``,
+#: which takes seeds up to ``2**64 - 1``.
+SEED_MAX = 2**64 - 2
+
 
 def default_config(quick: bool = False, dataset: str = "digits",
                    **overrides: Any) -> dict[str, Any]:
     """:data:`DEFAULTS`, then those of ``dataset`` (:data:`DATASET_DEFAULTS`), then :data:`QUICK`
     when ``quick``, then ``overrides`` (``None`` values are ignored; an unknown name raises
-    ``ValueError``)."""
+    ``ValueError``). Every setting is checked, whether or not the run uses it (``peer_decay``
+    without the peer): ``ValueError`` or ``TypeError`` names the setting as it was passed.
+
+    The integers ``slots``, ``dim``, ``hidden``, ``codebook_size``, ``steps``, ``batch_size``,
+    ``dead_code_steps`` and ``n_show`` are at least 1; ``lr``, ``commitment_weight``,
+    ``T_start`` and ``peer_dead_code_threshold`` are >= 0; ``kmeans_decay`` and ``peer_decay``
+    are in (0, 1]; ``test_size`` is in (0, 1); all are finite."""
+    if dataset not in DATASETS:
+        raise ValueError(f"dataset must be one of {', '.join(map(repr, DATASETS))}; got "
+                         f"{dataset!r}")
     cfg = dict(DEFAULTS)
     cfg.update(DATASET_DEFAULTS.get(dataset, {}))
     if quick:
@@ -111,9 +143,11 @@ def default_config(quick: bool = False, dataset: str = "digits",
         if key not in cfg:
             raise ValueError(f"unknown setting {key!r}; known: {', '.join(sorted(cfg))}")
         cfg[key] = value
-    for key in ("slots", "dim", "hidden", "codebook_size", "steps", "batch_size", "n_show"):
+    for key in _INTEGERS:
         if isinstance(cfg[key], bool) or not isinstance(cfg[key], int) or cfg[key] < 1:
             raise ValueError(f"{key} must be an integer >= 1; got {cfg[key]!r}")
+    for key, (rule, ok) in _REALS.items():
+        cfg[key] = check_number(cfg[key], key, rule, ok)
     return cfg
 
 
@@ -303,6 +337,19 @@ def markdown_table(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _check_seeds(seeds: Any) -> list[int]:
+    """The seeds of ``seeds`` (:func:`run_vq`), else raise naming ``seeds``."""
+    if isinstance(seeds, int | np.integer) and not isinstance(seeds, bool) \
+            and seeds > MAX_SEEDS:
+        raise ValueError(f"seeds must be an integer from 1 to {MAX_SEEDS} or a list of seeds; "
+                         f"got {seeds!r}")
+    seed_list = check_seeds(seeds)
+    for i, seed in enumerate(seed_list):
+        if seed > SEED_MAX:
+            raise ValueError(f"seeds[{i}] must be an integer from 0 to 2**64 - 2; got {seed!r}")
+    return seed_list
+
+
 def run_vq(
     out: str | Path,
     dataset: str = "digits",
@@ -315,13 +362,17 @@ def run_vq(
     **overrides: Any,
 ) -> dict[str, Any]:
     """Run the experiment (module docstring) into the folder ``out``; returns the results (also
-    written to ``out/results.json``). ``peer=False`` leaves the peer out even when installed;
-    ``overrides`` replace entries of :data:`DEFAULTS`."""
-    if dataset not in DATASETS:
-        raise ValueError(f"dataset must be one of {', '.join(map(repr, DATASETS))}; got "
-                         f"{dataset!r}")
+    written to ``out/results.json``). ``seeds``: ``N`` runs seeds ``0 .. N-1`` (``N`` at most
+    :data:`~rbfkmeans.cli_args.MAX_SEEDS`), or a list of seeds from 0 to :data:`SEED_MAX`.
+    ``peer=False`` leaves the peer out even when installed; ``overrides`` replace entries of
+    :data:`DEFAULTS` (:func:`default_config` checks them). Every argument is checked before
+    anything is read or written."""
+    if not isinstance(out, str | PathLike):
+        raise TypeError(f"out must be a path; got {type(out).__name__} {out!r}")
+    if not fspath(out):
+        raise ValueError("out must name a folder; got ''")
     cfg = default_config(quick, dataset, **overrides)
-    seed_list = check_seeds(seeds)
+    seed_list = _check_seeds(seeds)
     out = Path(out)
     X_train, X_test = load_split(dataset, cfg["test_size"])
     vectors = X_train.shape[0] * cfg["slots"]  # what the codebook is trained on
