@@ -19,8 +19,9 @@ normalised rows with the centroids projected back onto the unit sphere after eve
 This module is glue: validation (one declarative table), the scikit-learn contract, and the
 calls into :mod:`~rbfkmeans.scales` (the fit's ``tol`` unit and ``T_c``),
 :mod:`~rbfkmeans.runs` (one run of the fit), :mod:`~rbfkmeans.streaming` and
-:mod:`~rbfkmeans.online`. It is the only place that detects an initialised ``torch.distributed``
-group (:meth:`Comm.auto`).
+:mod:`~rbfkmeans.online`; how it reads ``X`` and the weights is :mod:`~rbfkmeans.reading`.
+It is the only place that detects an initialised ``torch.distributed`` group
+(:meth:`Comm.auto`).
 """
 
 from __future__ import annotations
@@ -39,36 +40,31 @@ from sklearn.base import (
     TransformerMixin,
 )
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import assert_all_finite, check_random_state
-from sklearn.utils.validation import validate_data
+from sklearn.utils import check_random_state
 from torch import Tensor
 
 from . import precompile
 from ._parameters import (
     PARAMETERS,
     agree_on_shards,
-    as_float32_if_half,
-    check_fits_float32,
-    check_sample_weight,
     parameters_key,
     restored_on_failure,
-    torch_dtype,
 )
-from ._validation import tensor_of
 from .assignments import get_assignment
 from .comm import Comm
 from .frame import Frame
 from .inference import InferenceMixin, to_numpy
-from .metrics import _zero_row_error, check_nonzero_rows, get_metric
+from .metrics import get_metric
 from .online import OnlineFitMixin
 from .passes import Data
 from .publish import distinct_rows, leave_frame, leave_row_space
+from .reading import ReadingMixin
 from .repeats import fold_repeats
 from .rowspace import RowSpace, row_space_applies
 from .runs import fit_run, run_schedules
 from .scales import fit_scales
 from .schedules import critical_temperature_factor
-from .sparse import SparseRows, is_sparse
+from .sparse import is_sparse
 from .starts import Temperatures
 from .streaming import batch_data
 
@@ -84,7 +80,7 @@ def _owns(Xt: Tensor, X: np.ndarray) -> bool:
 
 
 class RBFKMeans(
-    InferenceMixin, OnlineFitMixin, ClassNamePrefixFeaturesOutMixin, ClusterMixin,
+    InferenceMixin, OnlineFitMixin, ReadingMixin, ClassNamePrefixFeaturesOutMixin, ClusterMixin,
     TransformerMixin, BaseEstimator,
 ):
     r"""k-means by annealing a soft (RBF) assignment into Lloyd's hard one.
@@ -340,61 +336,6 @@ class RBFKMeans(
     @property
     def _hard(self) -> bool:
         return get_assignment(self.assignment).hard
-
-    def _torch_device(self) -> torch.device:
-        return torch.device(self.device) if self.device is not None else torch.device("cpu")
-
-    def _compute_dtype(self, X: np.ndarray) -> torch.dtype:
-        chosen = None if self.dtype is None else torch_dtype(self.dtype)
-        return chosen or (torch.float64 if X.dtype == np.float64 else torch.float32)
-
-    def _check_X(self, X: Any, *, reset: bool, min_samples: int = 1) -> np.ndarray:
-        X = as_float32_if_half(X)
-        X = validate_data(
-            self, X, reset=reset, dtype=[np.float64, np.float32], ensure_min_samples=min_samples,
-            accept_sparse="csr", copy=False, ensure_all_finite=False,
-        )
-        # NaN and inf: a finite torch sum, on every core, clears X (scikit-learn's own check is
-        # a sum on one core, 14 ms of a 0.13 s fit of MNIST); else scikit-learn's message
-        values = X.data if sp.issparse(X) else X
-        finite = values.size == 0 or bool(torch.isfinite(tensor_of(values).sum()))
-        if not finite:  # NaN/inf, or finite values whose sum overflows (no error then, and
-            with np.errstate(over="ignore", invalid="ignore"):  # no warning of that sum)
-                assert_all_finite(X, input_name="X", estimator_name=type(self).__name__)
-        if sp.issparse(X):  # rows as stored entries (rbfkmeans.sparse), never densified
-            if get_metric(self.metric).spherical:  # (scipy sums duplicate entries in place:
-                # of a copy, never of the caller's matrix)
-                A = X if X.has_canonical_format else X.copy()
-                zero = np.asarray(abs(A).max(axis=1).todense()).reshape(-1) == 0
-                if zero.any():
-                    raise _zero_row_error(torch.from_numpy(zero), "X")
-            return X
-        if get_metric(self.metric).spherical:
-            check_nonzero_rows(tensor_of(X), "X")
-        return X
-
-    def _to_torch(self, X: np.ndarray) -> Tensor:
-        dt = self._compute_dtype(X) if not hasattr(self, "_dtype_") else self._dtype_
-        if X.dtype == np.float64 and dt == torch.float32:  # dtype='float32' on float64 X
-            check_fits_float32(X)
-        if sp.issparse(X):
-            return SparseRows.from_scipy(X, dt, self._torch_device())  # type: ignore[return-value]
-        return tensor_of(X).to(device=self._torch_device(), dtype=dt)
-
-    def _weights(self, sample_weight: Any, X: np.ndarray, all_zero: bool = False
-                 ) -> Tensor | None:
-        if sample_weight is None:
-            return None
-        dt = getattr(self, "_dtype_", None)
-        dtype = X.dtype if dt is None else (np.float32 if dt == torch.float32 else np.float64)
-        sw = check_sample_weight(sample_weight, X.shape[0], dtype,
-                                 all_zero=all_zero)  # (n,) a copy, in the compute dtype
-        return torch.from_numpy(sw).to(device=self._torch_device(), dtype=self._dtype_)
-
-    def _data(self, Xt: Tensor, w: Tensor | None = None, comm: Comm | None = None) -> Data:
-        """The pass context of already validated data (no second NaN scan)."""
-        return Data(Xt, w, chunk_size=self.chunk_size, comm=comm, validate=False,
-                    metric=self.metric)
 
     # -- fitting ------------------------------------------------------------------------------
     def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> RBFKMeans:
