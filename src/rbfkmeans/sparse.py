@@ -21,7 +21,8 @@ centroid) gets one chunk of rows densified at a time. Any other operation raises
 
 The fit of sparse data is not centred (centring would fill every entry): the frame
 (:mod:`rbfkmeans.frame`) only rescales it, as scikit-learn's ``KMeans`` also leaves sparse data
-uncentred.
+uncentred, and refuses rows whose mean lies so far from the origin that their distances,
+expanded about it, would keep too few digits (``frame.SPARSE_ROUNDING``).
 """
 
 from __future__ import annotations
