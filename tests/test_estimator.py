@@ -27,6 +27,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score
 
 import rbfkmeans.costs as costs_mod
+import rbfkmeans.refine as refine_mod
 import rbfkmeans.runs as runs_mod
 from rbfkmeans import KMeansLayer, RBFKMeans
 from rbfkmeans._parameters import PARAMETERS as _PARAMETERS
@@ -861,28 +862,28 @@ def test_large_data_polish_and_swaps_on_a_subsample_end_at_a_lloyd_fixed_point_o
     assert est.inertia_ == pytest.approx(d2.min(1).sum(), rel=1e-10)
     # the subsample path ran: the search saw fewer rows than the data has
     seen: list[int] = []
-    real = E.swap_search
+    real = refine_mod.swap_search
 
     def spy(data, *a, **kw):  # type: ignore[no-untyped-def]
         seen.append(data.n)
         return real(data, *a, **kw)
 
-    monkeypatch.setattr(E, "swap_search", spy)
+    monkeypatch.setattr(refine_mod, "swap_search", spy)
     RBFKMeans(8, random_state=0, subsample=16).fit(X)
     assert seen
     assert seen[0] < X.shape[0]
 
 
-def _verdicts(monkeypatch: pytest.MonkeyPatch, name: str) -> list[bool]:
-    """The answers ``rbfkmeans.runs.<name>`` (a sample check) gives from now on, in order."""
+def _verdicts(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[bool]:
+    """The answers ``module.<name>`` (a sample check) gives from now on, in order."""
     verdicts: list[bool] = []
-    real = getattr(runs_mod, name)
+    real = getattr(module, name)
 
     def spy(*a: Any, **kw: Any) -> bool:
         verdicts.append(real(*a, **kw))
         return verdicts[-1]
 
-    monkeypatch.setattr(runs_mod, name, spy)
+    monkeypatch.setattr(module, name, spy)
     return verdicts
 
 
@@ -896,7 +897,7 @@ def test_heavy_tails_the_search_sample_missed_are_searched_on_all_rows(
     fixed point alone ended 1.39x, 1.16x and 1.48x it on these seeds)."""
     monkeypatch.setattr(runs_mod, "SEARCH_MIN_ROWS", 1024)
     X = np.random.default_rng(seed).standard_cauchy(size=(20_000, 2))
-    calls = _verdicts(monkeypatch, "sample_misjudges")
+    calls = _verdicts(monkeypatch, refine_mod, "sample_misjudges")
     est = RBFKMeans(8, random_state=0).fit(X)
     assert calls == [True]
     reference = KMeans(8, n_init=10, random_state=0).fit(X).inertia_
@@ -918,7 +919,7 @@ def test_far_outliers_the_annealing_sample_missed_take_a_k_means_pp_rival(
     switched off leave the fit there."""
     X, _ = make_blobs(n_samples=20_000, n_features=3, centers=6, random_state=seed)
     X[:3] = np.random.default_rng(seed).normal(size=(3, 3)) * 300
-    fired = _verdicts(monkeypatch, "misjudged")
+    fired = _verdicts(monkeypatch, runs_mod, "misjudged")
     est = RBFKMeans(8, random_state=0).fit(X)
     assert True in fired
     reference = KMeans(8, n_init=10, random_state=0).fit(X).inertia_
@@ -936,10 +937,10 @@ def test_a_sample_that_judges_J_changes_nothing(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(runs_mod, "SEARCH_MIN_ROWS", 1024)
     X, _ = make_blobs(n_samples=20_000, centers=8, n_features=3, random_state=3)
     w = np.random.default_rng(0).uniform(0.5, 2.0, size=X.shape[0])
-    calls = _verdicts(monkeypatch, "sample_misjudges")
+    calls = _verdicts(monkeypatch, refine_mod, "sample_misjudges")
     fits = [RBFKMeans(8, random_state=0).fit(X, sample_weight=w)]
     assert calls == [False]
-    monkeypatch.setattr(runs_mod, "SAMPLE_TOLERANCE", math.inf)
+    monkeypatch.setattr(refine_mod, "SAMPLE_TOLERANCE", math.inf)
     fits.append(RBFKMeans(8, random_state=0).fit(X, sample_weight=w))
     np.testing.assert_array_equal(fits[0].cluster_centers_, fits[1].cluster_centers_)
     assert fits[0].inertia_ == fits[1].inertia_
@@ -951,15 +952,16 @@ def test_sample_misjudges_scales_by_the_weights() -> None:
     data = Data(torch.zeros(10, 2), torch.full((10,), 3.0))
     sample = Data(torch.zeros(4, 2), torch.full((4,), 3.0))
     # all rows weigh 30, the sample 12: J 25 of the sample is 62.5 of all the rows
-    assert not runs_mod.sample_misjudges(sample, data, 25.0, 62.5 * (1 + runs_mod.SAMPLE_TOLERANCE))
-    assert runs_mod.sample_misjudges(sample, data, 25.0, 62.5 * (1.01 + runs_mod.SAMPLE_TOLERANCE))
+    tolerance = refine_mod.SAMPLE_TOLERANCE
+    assert not refine_mod.sample_misjudges(sample, data, 25.0, 62.5 * (1 + tolerance))
+    assert refine_mod.sample_misjudges(sample, data, 25.0, 62.5 * (1.01 + tolerance))
     unweighted = Data(torch.zeros(10, 2))
-    assert runs_mod.sample_misjudges(Data(torch.zeros(5, 2)), unweighted, 1.0, 2.3)
-    assert not runs_mod.sample_misjudges(Data(torch.zeros(5, 2)), unweighted, 1.0, 2.1)
+    assert refine_mod.sample_misjudges(Data(torch.zeros(5, 2)), unweighted, 1.0, 2.3)
+    assert not refine_mod.sample_misjudges(Data(torch.zeros(5, 2)), unweighted, 1.0, 2.1)
     # the annealing's sample is judged with its own tolerance: twice the scaled J here
-    assert not runs_mod.misjudged(1.0, 1.0, 2.0, 3.9, tolerance=1.0)
-    assert runs_mod.misjudged(1.0, 1.0, 2.0, 4.1, tolerance=1.0)
-    assert runs_mod.misjudged(1.0, 1.0, 2.0, 2.3)  # SAMPLE_TOLERANCE by default
+    assert not refine_mod.misjudged(1.0, 1.0, 2.0, 3.9, tolerance=1.0)
+    assert refine_mod.misjudged(1.0, 1.0, 2.0, 4.1, tolerance=1.0)
+    assert refine_mod.misjudged(1.0, 1.0, 2.0, 2.3)  # SAMPLE_TOLERANCE by default
 
 
 def test_abbreviation_counts_at_least_ANNEAL_MIN_WIDTH_features(
@@ -1268,9 +1270,9 @@ def test_cosine_samples_are_fitted_on_the_sphere(monkeypatch: pytest.MonkeyPatch
     cosine data: every Lloyd run and swap search of the fit is spherical (the subsample's rows
     had lost the metric, and those runs were squared-Euclidean k-means of the unit rows)."""
     metrics: list[str] = []
-    for name in ("lloyd", "swap_search"):
-        original = getattr(runs_mod, name)
-        monkeypatch.setattr(runs_mod, name, lambda data, *a, _f=original, **kw: (
+    for module, name in ((runs_mod, "lloyd"), (refine_mod, "lloyd"), (refine_mod, "swap_search")):
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda data, *a, _f=original, **kw: (
             metrics.append(data.metric.name), _f(data, *a, **kw))[1])
     X = np.random.default_rng(0).normal(size=(3000, 6)).astype(np.float32)
     RBFKMeans(8, metric="cosine", assignment="hard", fit_rows=800, random_state=0).fit(X)
@@ -1407,14 +1409,15 @@ def test_hartigan_polish_is_bounded_by_the_search_budget(monkeypatch: pytest.Mon
     """The Hartigan polish takes at most HARTIGAN_PASSES passes and at most the swap search's
     work budget: SEARCH_PASSES passes over all the rows (here 3), spread over the rows it runs
     on (the search subsample: 3 x 3000 / 200 = 45; all rows: 3)."""
+    import rbfkmeans.refine as R
     import rbfkmeans.runs as E
 
     monkeypatch.setattr(E, "SEARCH_MIN_ROWS", 200)
     monkeypatch.setattr(E, "SEARCH_ROWS_PER_CLUSTER", 16)
-    monkeypatch.setattr(E, "SEARCH_PASSES", 3)
-    monkeypatch.setattr(E, "SEARCH_WORK", 1)
+    monkeypatch.setattr(R, "SEARCH_PASSES", 3)
+    monkeypatch.setattr(R, "SEARCH_WORK", 1)
     calls: list[tuple[int, int]] = []
-    real = E.hartigan
+    real = R.hartigan
 
     def spy(data, labels, k, *, max_passes, **kw):  # type: ignore[no-untyped-def]
         out = real(data, labels, k, max_passes=max_passes, **kw)
@@ -1422,30 +1425,31 @@ def test_hartigan_polish_is_bounded_by_the_search_budget(monkeypatch: pytest.Mon
         assert out.n_passes <= max_passes
         return out
 
-    monkeypatch.setattr(E, "hartigan", spy)
+    monkeypatch.setattr(R, "hartigan", spy)
     rng = np.random.default_rng(0)
     X = np.concatenate([rng.normal(c, 1.0, size=(500, 3)) for c in range(6)])  # 3000 rows
     RBFKMeans(8, random_state=0, subsample=16).fit(X)
     assert calls
     assert all(passes == (45 if n == 200 else 3) for n, passes in calls)
     assert calls[-1] == (3000, 3)
-    monkeypatch.setattr(E, "SEARCH_WORK", 1 << 33)  # small data: the pass cap alone
+    monkeypatch.setattr(R, "SEARCH_WORK", 1 << 33)  # small data: the pass cap alone
     calls.clear()
     RBFKMeans(8, random_state=0, subsample=16).fit(X)
-    assert all(passes == E.HARTIGAN_PASSES for _, passes in calls)
+    assert all(passes == R.HARTIGAN_PASSES for _, passes in calls)
 
 
 def test_no_hartigan_on_all_rows_after_an_unsettled_polish(monkeypatch: pytest.MonkeyPatch) -> None:
     """Hartigan's moves on all rows start only from a Lloyd fixed point of all rows: where the
     last polish stops at max_iter they are skipped (and the fit warns that it did not settle)."""
+    import rbfkmeans.refine as R
     import rbfkmeans.runs as E
 
     monkeypatch.setattr(E, "SEARCH_MIN_ROWS", 200)
     monkeypatch.setattr(E, "SEARCH_ROWS_PER_CLUSTER", 16)
     # 25 rows per cluster judge J 10% low (the sample's own fit): no search of all rows here
-    monkeypatch.setattr(E, "SAMPLE_TOLERANCE", math.inf)
+    monkeypatch.setattr(R, "SAMPLE_TOLERANCE", math.inf)
     rows_seen: list[int] = []
-    real = E.hartigan
+    real = R.hartigan
 
     floors: list[float] = []
 
@@ -1454,7 +1458,7 @@ def test_no_hartigan_on_all_rows_after_an_unsettled_polish(monkeypatch: pytest.M
         floors.append(min_gain)
         return real(data, labels, k, max_passes=max_passes, min_gain=min_gain, start=start)
 
-    monkeypatch.setattr(E, "hartigan", spy)
+    monkeypatch.setattr(R, "hartigan", spy)
     rng = np.random.default_rng(0)
     X = np.concatenate([rng.normal(c, 1.0, size=(500, 3)) for c in range(6)])  # 3000 rows
     est = RBFKMeans(8, random_state=0, subsample=16).fit(X)
@@ -1462,7 +1466,7 @@ def test_no_hartigan_on_all_rows_after_an_unsettled_polish(monkeypatch: pytest.M
     # on the search rows every paying batch counts; on all rows only those worth
     # HARTIGAN_MIN_GAIN of J (J of the Lloyd fixed point they start from)
     assert floors[:-1] == [0.0] * (len(floors) - 1)
-    assert floors[-1] == pytest.approx(E.HARTIGAN_MIN_GAIN * est.inertia_, rel=1e-3)
+    assert floors[-1] == pytest.approx(R.HARTIGAN_MIN_GAIN * est.inertia_, rel=1e-3)
     rows_seen.clear()
     with pytest.warns(ConvergenceWarning, match="did not settle"):
         RBFKMeans(8, random_state=0, subsample=16, max_iter=1).fit(X)

@@ -259,8 +259,8 @@ def test_estimator_last_look_grows_with_k(k: int, schedule: str, look: int,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The event-driven fit's search looks at k // 2 swaps (5 to 12) before it stops; the
     geometric ladder's search takes no last look; the searches that follow Hartigan's moves
-    (runs.HARTIGAN_ROUNDS) take none either, and single swaps only."""
-    import rbfkmeans.runs as runs
+    (refine.HARTIGAN_ROUNDS) take none either, and single swaps only."""
+    import rbfkmeans.refine as refine
 
     seen: list[int] = []
 
@@ -270,12 +270,12 @@ def test_estimator_last_look_grows_with_k(k: int, schedule: str, look: int,
         return swap_search(*args, **kwargs)  # type: ignore[arg-type]
 
     moves: list[int] = []
-    monkeypatch.setattr(runs, "swap_search", spy)
+    monkeypatch.setattr(refine, "swap_search", spy)
     X = np.random.default_rng(0).normal(size=(400, 2))
     RBFKMeans(k, schedule=schedule, n_init=1, random_state=0).fit(X)
     assert seen[0] == look
     assert moves[0] == max(1, min(5, k // 4))
-    assert len(seen) <= 1 + runs.HARTIGAN_ROUNDS
+    assert len(seen) <= 1 + refine.HARTIGAN_ROUNDS
     assert seen[1:] == [0] * (len(seen) - 1)
     assert moves[1:] == [1] * (len(moves) - 1)
 
