@@ -482,3 +482,25 @@ def test_an_annealing_that_wins_the_race_goes_on_unchanged(monkeypatch: pytest.M
     assert rivals == [starts.RACE_ROWS_PER_CLUSTER * k]  # drawn from other rows; it lost
     assert raced.inertia_ == unraced.inertia_
     np.testing.assert_array_equal(raced.labels_, unraced.labels_)
+
+
+def test_a_refinement_names_what_it_was_given_wrongly() -> None:
+    """``refine.Refinement`` takes an estimator inside its fit, pass contexts and the polish's
+    Lloyd result, and names any other argument."""
+    from rbfkmeans.refine import Refinement
+
+    X = torch.as_tensor(np.random.default_rng(0).normal(size=(40, 2)))
+    data = Data(X)
+    polished = lloyd(data, X[:3].clone(), max_iter=50, tol=0.0)
+    est = RBFKMeans(3)
+    est.critical_temperature_ = 1.0
+    kw = dict(generator=torch.Generator(), seed=0, abs_tol=0.0, polish_tol=0.0,
+              last_look=True, restart=False, show=False)
+    with pytest.raises(TypeError, match="est must be an RBFKMeans inside its fit"):
+        Refinement(RBFKMeans(3), data, data, polished, **kw)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"search must be a rbfkmeans\.passes\.Data"):
+        Refinement(est, data, X, polished, **kw)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"final must be a rbfkmeans\.lloyd\.LloydResult"):
+        Refinement(est, data, data, X, **kw)  # type: ignore[arg-type]
+    refined = Refinement(est, data, data, polished, **kw).run(polished.C)
+    assert refined.inertia <= polished.inertia

@@ -35,6 +35,7 @@ from .hartigan import hartigan, holds_weight
 from .lloyd import LloydResult, lloyd
 from .passes import Data
 from .seeding import initial_centers
+from .starts import _check_run
 from .swaps import SwapResult, swap_search
 
 if TYPE_CHECKING:
@@ -133,6 +134,11 @@ class Refinement:
     def __init__(self, est: RBFKMeans, data: Data, search: Data, final: LloydResult, *,
                  generator: torch.Generator, seed: int, abs_tol: float, polish_tol: float,
                  last_look: bool, restart: bool, show: bool) -> None:
+        _check_run(est, data)
+        _check_run(est, search, "search")
+        if not isinstance(final, LloydResult):
+            raise TypeError(f"final must be a rbfkmeans.lloyd.LloydResult; got "
+                            f"{type(final).__name__}")
         self.est, self.data, self.search = est, data, search
         self.final: LloydResult | SwapResult = final
         self.gen, self.seed, self.abs_tol, self.polish_tol = generator, seed, abs_tol, polish_tol
