@@ -16,6 +16,7 @@ centred (:mod:`rbfkmeans.frame`). Large ``n`` is processed in row chunks so that
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -218,15 +219,18 @@ def shifted_scores(D: torch.Tensor, T: float) -> tuple[torch.Tensor, torch.Tenso
 
 def membership_scores(D: torch.Tensor, T: float) -> torch.Tensor | None:
     r""":func:`shifted_scores` for memberships ``R = m(z)``: the scores alone, and detached from
-    ``D`` when ``1 / (2T)`` is beyond ``D``'s dtype (``T < 1.5e-39`` in float32). There the
-    derivative ``dR/dD = J_m / (-2T)`` overflows to infinity, and meets a zero (a point on a
-    centroid, ``dD/dc = 2 (c - x) = 0``) as NaN; such memberships are treated as constants of
-    ``D``, as the hard ones of ``T = 0`` are (the forward is unchanged). ``None`` in the hard
-    limit."""
+    ``D`` when ``1 / (2T)`` exceeds the square root of ``D``'s largest value (``T < 2.7e-20`` in
+    float32, ``3.7e-155`` in float64). There the derivative ``dR/dD = J_m / (-2T)``, times the
+    distances' own derivatives (``dD/dc = 2c - 2x``, formed as two products) and the gradient
+    arriving from the loss, leaves the dtype's range: at a tie of two equal centroids in float32
+    a loss's gradient came out NaN from ``T = 3e-39`` down (``inf - inf`` where
+    ``c = x``). Such memberships are treated as constants of ``D``, as the hard ones of
+    ``T = 0`` are (the forward is unchanged; at these temperatures a membership moves only
+    within ``2T`` of an exact tie). ``None`` in the hard limit."""
     shifted = shifted_scores(D, T)
     if shifted is None:
         return None
-    if 2.0 * T * torch.finfo(D.dtype).max < 1.0:  # 1/(2T) overflows the dtype
+    if 2.0 * T * math.sqrt(torch.finfo(D.dtype).max) < 1.0:  # 1/(2T) > sqrt(max)
         return _ConstantIn.apply(shifted[0].detach(), D)
     return shifted[0]
 
@@ -258,7 +262,8 @@ PACKED_MAX_COLUMNS = 128
 def row_min(G: torch.Tensor, *, overwrite: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Row-wise minimum and its first index, ``(min_j g_ij, argmin_j g_ij)`` of ``G`` (n, k).
 
-    Exactly ``torch.min(G, dim=1)`` (ties to the lowest index), computed faster for float32 on
+    Exactly ``torch.min(G, dim=1)`` on NaN-free ``G`` (ties to the lowest index; a NaN row's
+    index may differ: the passes never hold one), computed faster for float32 on
     the CPU, where an index-carrying reduction can cost several value reductions (other dtypes
     and devices, and fewer than ``PACKED_MIN_COLUMNS`` or at least ``PACKED_MAX_COLUMNS``
     columns, call ``torch.min``, which is the faster there). With ``m_i``

@@ -35,7 +35,7 @@ from ._validation import (
     compute_dtype,
 )
 from .assignments import Assignment, get_assignment
-from .distances import sq_distances
+from .distances import membership_scores, sq_distances
 from .layer import KMeansLayer
 from .objectives import objective_from_distances
 from .passes import Data
@@ -66,8 +66,13 @@ def gradient_step(
     distances in the two's common dtype, and ``sample_weight`` in that. Returns
     ``(C_new, grad, N)``.
 
-    Only shapes and dtypes are checked (the annealing's gradient solver calls this per chunk
-    and iteration): ``X``, ``C`` and ``sample_weight`` must be finite, the weights ``>= 0``.
+    Only shapes and dtypes are checked up front (the annealing's gradient solver calls this per
+    chunk and iteration), and the objective and gradient once, as scalars and ``(k, d)``: where
+    they are not finite ``X``, ``C`` and ``sample_weight`` are checked for NaN and inf (named),
+    and a step whose objective overflows float32 is computed again in float64 (the result cast
+    back); beyond float64 ``ValueError`` names ``T``. The weights must be ``>= 0``. The
+    memberships are those of the row-shifted scores (:func:`_step`), so a tiny ``T`` gives the
+    hard step.
     """
     entry = get_assignment(assignment)
     T = check_temperature(T, "T")
@@ -80,12 +85,41 @@ def gradient_step(
         check_vector(sample_weight, "sample_weight", X.shape[0])
     lr = _check_lr(lr, C)
     X, C = X.to(compute_dtype(X.dtype)), C.to(compute_dtype(C.dtype))  # float32/64: as they are
+    step = _step(X, C, T, entry, sample_weight, lr, objective)
+    if step is not None:
+        return step
+    check_finite(X, "X")  # read only here: NaN or inf rows make F NaN
+    check_finite(C, "C")
+    if sample_weight is not None:
+        check_finite(sample_weight, "sample_weight")
+    # F overflowed (float32 distances, or a temperature beyond float32): again in float64
+    if X.dtype != torch.float64 or C.dtype != torch.float64:
+        w64 = None if sample_weight is None else sample_weight.double()
+        lr64 = lr.double() if isinstance(lr, Tensor) else lr
+        step = _step(X.double(), C.double(), T, entry, w64, lr64, objective)
+        if step is not None:
+            dtype = torch.promote_types(X.dtype, C.dtype)
+            if all(bool(torch.isfinite(t.to(dtype)).all()) for t in step):
+                return step[0].to(dtype), step[1].to(dtype), step[2].to(dtype)
+    tried = "float64" if C.dtype == torch.float64 else f"{str(C.dtype)[6:]} and float64"
+    raise ValueError(f"T={T!r} with these X and C overflows {tried}: the objective is not "
+                     "finite; use a smaller temperature or rescale X and C")
+
+
+def _step(X: Tensor, C: Tensor, T: float, entry: Assignment, sample_weight: Tensor | None,
+          lr: float | Tensor | None, objective: str) -> tuple[Tensor, Tensor, Tensor] | None:
+    """:func:`gradient_step` on checked arguments, None where the objective or its gradient is
+    not finite.
+    The memberships are those of the row-shifted scores ``-(d_ij - min_l d_il) / (2T)``
+    (:func:`~rbfkmeans.distances.membership_scores`: the mappings are shift-invariant, and no
+    row overflows to ``-inf`` at tiny ``T``); where ``2T`` rounds to 0 the step is the hard one."""
     Cp = C.detach().clone().requires_grad_(True)
     D = sq_distances(X, Cp)  # (n, k); validates shapes
     if sample_weight is not None:
         sample_weight = sample_weight.to(device=D.device, dtype=D.dtype)
     w = 1 if sample_weight is None else sample_weight
-    hard = entry.hard or T == 0.0
+    z = None if entry.hard or T == 0.0 else membership_scores(D, T)
+    hard = z is None
     if hard:
         # J = sum_i w_i sum_j r_ij d_ij with R piecewise constant: its gradient is the same
         R = torch.zeros_like(D).scatter_(1, D.detach().argmin(1, keepdim=True), 1.0)
@@ -93,13 +127,17 @@ def gradient_step(
     elif objective == "relaxed":
         F = objective_from_distances(D, T, entry, sample_weight)
     else:
-        F = ((entry.forward(D / (-2.0 * T), dim=1) * D).sum(1) * w).sum()
+        F = ((entry.forward(z, dim=1) * D).sum(1) * w).sum()
+    if not bool(torch.isfinite(F)):
+        return None
     (grad,) = torch.autograd.grad(F, Cp)
+    if not bool(torch.isfinite(grad).all()):  # (k, d): products inside F's graph overflowed
+        return None
     with torch.no_grad():
         R = (
             torch.zeros_like(D).scatter_(1, D.argmin(1, keepdim=True), 1.0)
             if hard
-            else entry.forward(D / (-2.0 * T), dim=1)
+            else entry.forward(z.detach(), dim=1)  # type: ignore[union-attr]
         )
         w_vec = torch.ones(X.shape[0], dtype=D.dtype, device=X.device) if sample_weight is None \
             else sample_weight

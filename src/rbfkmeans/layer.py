@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from ._validation import (
     check_finite,
     check_matrix,
+    check_nonnegative,
     check_temperature,
     check_tensor,
     compute_dtype,
@@ -48,6 +49,15 @@ def _sparse_row_sq(X: Tensor) -> Tensor:
     coo = X.to_sparse_coo().coalesce()
     out = torch.zeros(X.shape[0], dtype=X.dtype, device=X.device)
     return out.index_add_(0, coo.indices()[0], coo.values().square())
+
+
+def _divided(t: Tensor, by: float) -> Tensor:
+    """``t / by`` for a temperature factor ``by``; where ``|by|`` is below ``t``'s smallest
+    normal number (subnormal, or 0 once rounded) the division runs in float64 and is cast back
+    (a zero score stays 0 rather than ``0 / 0``)."""
+    if abs(by) < torch.finfo(t.dtype).tiny:
+        return (t.double() / by).to(t.dtype)
+    return t / by
 
 
 class KMeansLayer(nn.Module):
@@ -245,8 +255,8 @@ class KMeansLayer(nn.Module):
         if self.temperature == 0:
             raise ValueError("scores are -D/(2T), undefined at temperature=0; use distances()")
         if self.metric == "cosine":
-            return self._cosine(self._prepare(X)) / self.temperature
-        return self.distances(X) / (-2.0 * self.temperature)
+            return _divided(self._cosine(self._prepare(X)), self.temperature)
+        return _divided(self.distances(X), -2.0 * self.temperature)
 
     def forward(self, X: Tensor) -> Tensor:
         """Responsibilities ``R = m(-D / 2T)`` (..., k).
@@ -314,6 +324,11 @@ class KMeansLayer(nn.Module):
                 f"as_linear: weight C/T or bias -||c||^2/(2T) overflows {C.dtype} at "
                 f"temperature={T:g}; use a larger temperature or float64 centroids"
             )
+        if bool(((W == 0) & (C != 0)).any()):  # C/T below the dtype's least subnormal
+            raise ValueError(
+                f"as_linear: weight C/T underflows to 0 in {C.dtype} at temperature={T:g} (the "
+                "centroids would be lost); use a smaller temperature or float64 centroids"
+            )
         lin = nn.Linear(self.n_features, self.n_clusters, device=C.device, dtype=C.dtype)
         with torch.no_grad():
             lin.weight.copy_(W)
@@ -334,8 +349,9 @@ class KMeansLayer(nn.Module):
     ) -> KMeansLayer:
         """Inverse of :meth:`as_linear`: centroids ``C = T * weight``.
 
-        With ``check_bias`` the bias must equal ``-||c||^2 / (2T)`` (to ``atol``/``rtol``): a
-        Linear with any other bias is not a k-means layer and raises ``ValueError``. With
+        With ``check_bias`` the bias must equal ``-||c||^2 / (2T)`` (to ``atol``/``rtol``, ``rtol``
+        at least 16 units of the weight's dtype: 0.016 for float16): a Linear with any other
+        bias is not a k-means layer and raises ``ValueError``. With
         ``metric="cosine"`` the centroids are the unit rows ``T * weight``; with ``check_bias``
         the bias must be 0 (or absent) and every row of ``T * weight`` of norm 1, as
         :meth:`as_linear` makes them (otherwise the Linear's scores are not ``cos / T``).
@@ -344,9 +360,16 @@ class KMeansLayer(nn.Module):
             raise TypeError(f"linear must be a torch.nn.Linear; got {type(linear).__name__}")
         T = check_temperature(temperature)
         metric = check_metric(metric)
+        atol, rtol = check_nonnegative(atol, "atol"), check_nonnegative(rtol, "rtol")
+        # a half-precision copy rounds every weight and bias: no tighter than its dtype allows
+        rtol = max(rtol, 16.0 * torch.finfo(linear.weight.dtype).eps)
         if T == 0:
             raise ValueError("from_linear needs temperature > 0 (C = T * W); got temperature=0")
+        check_finite(linear.weight.detach(), "linear.weight")
         C = linear.weight.detach() * T
+        if not bool(torch.isfinite(C).all()):
+            raise ValueError(f"the centroids T * weight overflow {C.dtype} at temperature={T!r}; "
+                             "pass the temperature used by as_linear")
         if metric == "cosine":
             if check_bias:
                 _check_cosine_linear(linear, C, T, atol, rtol)

@@ -26,6 +26,8 @@ over ``z``, close to a softmax.
 Special values: ``-inf`` scores are padding (probability 0). A row whose scores are all ``-inf``
 has no preferred entry and maps to the uniform distribution (the limit of equal finite scores); a
 row with ``+inf`` entries splits its mass evenly between them. NaN propagates to the row's output.
+``hardmax`` breaks these ties as every other, to the lowest index. Outputs of contiguous inputs
+are contiguous, along any ``dim``.
 
 Each mapping is a ``torch.autograd.Function`` whose backward pass is closed-form and uses the saved
 output only (one-hot rows have a zero Jacobian and are skipped); double backward works.
@@ -87,6 +89,7 @@ def _sparse_forward(ctx: Any, z: Tensor, dim: int, kind: str) -> Tensor:
         )
     P, P2 = _empty_rows(z, dim)  # (..., k, ...), (rows, k) view of the same memory
     multi = _thresholds.sparse_map_(_as_rows(z, dim), P2, kind)
+    P = P.contiguous()  # along another dim than the last, the layout torch.softmax returns
     ctx.dim = dim
     ctx.save_for_backward(P, multi)
     return P
@@ -256,19 +259,28 @@ def _check_inplace(z: Any, scale: Any) -> float:
 def softmax_(z: Tensor, scale: float = 1.0) -> Tensor:
     """``softmax(scale * z, dim=-1)`` from a buffer the caller owns, which it overwrites.
 
-    Scores more than ``margin = -log(tiny) - 7`` below their row's maximum are raised to that
-    level before the exponential and their memberships (``<= e^-margin``) set to exactly 0 after
-    it: a change below 2e-35 (float32) or 1e-304 (float64) per entry, which keeps subnormal
-    numbers out of the exponential and of the products that follow (several times slower at
-    intermediate temperatures otherwise). Returns the memberships (a new tensor). No autograd.
+    Scores more than ``margin = -log(tiny) - 7`` below their row's maximum ``m`` are raised to
+    ``m - margin - 4 eps |m|`` before the exponential and their memberships (``< e^-margin``)
+    set to exactly 0 after it: a change below 2e-35 (float32) or 1e-304 (float64) per entry,
+    which keeps subnormal numbers out of the exponential and of the products that follow
+    (several times slower at intermediate temperatures otherwise). The ``4 eps |m|`` keeps the
+    floor below ``m - margin`` once rounded (a floor ``m - margin`` rounded to ``m`` itself
+    beyond ``|m|`` of 2^32 in float32, and raised every score to the maximum). Rows with an
+    infinite maximum (``+inf`` entries, or all ``-inf``) are those of :func:`softmax`. Returns
+    the memberships (a new tensor). No autograd.
     """
     a = _check_inplace(z, scale)
     with torch.no_grad():
         if a != 1.0:
             z.mul_(a)
-        margin = -math.log(torch.finfo(z.dtype).tiny) - 7.0
-        torch.maximum(z, z.amax(dim=-1, keepdim=True) - margin, out=z)
-        R = torch.softmax(z, dim=-1)
+        info = torch.finfo(z.dtype)
+        margin = -math.log(info.tiny) - 7.0
+        top = z.amax(dim=-1, keepdim=True)  # (..., 1)
+        if not bool(torch.isfinite(top).all()):  # +-inf (or NaN) maxima: the general rule
+            R = _softmax(z, -1)
+        else:
+            torch.maximum(z, top - (top.abs() * (4.0 * info.eps) + margin), out=z)
+            R = torch.softmax(z, dim=-1)
         return torch.nn.functional.threshold(R, math.exp(-margin), 0.0, inplace=True)
 
 

@@ -35,6 +35,7 @@ from ._validation import (
     check_matrix,
     check_positive_int,
     check_temperature,
+    compute_dtype,
 )
 from .assignments import Assignment, get_assignment
 from .distances import shifted_scores, sq_distances
@@ -120,7 +121,7 @@ def objective_from_distances(
     ``F^sp_T``, ``"hard"`` (or ``T = 0`` for any of them) gives ``J``. Differentiable.
     Scores are shifted by the row minimum (:func:`~rbfkmeans.distances.shifted_scores`), so the
     value stays finite at any ``T > 0``; ``T`` so small that ``2T`` is 0 in ``D``'s dtype gives
-    ``J``.
+    ``J``. float16 and bfloat16 ``D`` are computed (and returned) in float32.
 
     Precondition: ``D`` holds squared distances, finite and ``>= 0`` (as
     :func:`~rbfkmeans.distances.sq_distances` returns them), with at least one column. Only its
@@ -136,6 +137,8 @@ def objective_from_distances(
                          f"{tuple(D.shape)}")
     entry = get_assignment(assignment)
     T = check_temperature(T, "T")
+    if compute_dtype(D.dtype) != D.dtype:  # float16/bfloat16 (and integers): in float32
+        D = D.to(compute_dtype(D.dtype))
     w = _weights(sample_weight, D)
     shifted = None if T == 0.0 or entry.hard else shifted_scores(D, T)
     if shifted is None:
