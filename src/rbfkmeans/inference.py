@@ -19,7 +19,7 @@ from sklearn.utils.validation import check_is_fitted
 from torch import Tensor
 
 from . import precompile
-from ._validation import check_temperature, largest_magnitude
+from ._validation import check_real, check_temperature, largest_magnitude
 from .assignments import get_assignment
 from .distances import shifted_scores, sq_distances
 from .frame import Frame, scale_by_power_of_two
@@ -44,13 +44,18 @@ def check_reach(Xf: Tensor | SparseRows, C: Tensor, exponent: int = 0, total: fl
     ``Xf`` (n, d) and the centroids ``C`` (k, d), and their sum over a total weight ``total``,
     are finite in ``dtype``: rows far beyond the data a fit's frame (:mod:`rbfkmeans.frame`,
     of exponent ``exponent``) was chosen for would otherwise give infinite distances, NaN
-    memberships and arbitrary labels. One reduction over each, no copy."""
+    memberships and arbitrary labels. NaN or inf entries raise ``ValueError`` naming ``name``
+    (or ``C``) as not finite. ``total`` must be a finite real number ``>= 0``. One reduction
+    over each, no copy."""
     if not isinstance(Xf, Tensor | SparseRows) or not isinstance(C, Tensor) or C.dim() != 2:
         raise TypeError("Xf must be a tensor or SparseRows and C a 2-D tensor; got "
                         f"{type(Xf).__name__} and {type(C).__name__}")
-    if not math.isfinite(total) or total < 0:
-        raise ValueError(f"total must be a finite number >= 0; got {total!r}")
+    total = check_real(total, "total", minimum=0.0)
     x, c = largest_magnitude(Xf), largest_magnitude(C)
+    for what, big in ((name, x), ("C", c)):
+        if not math.isfinite(big):
+            raise ValueError(f"{what} must be finite; got NaN/inf entries (largest magnitude "
+                             f"{big})")
     reach = x + c  # bounds every |x_i - c_j| entry; the squared distance is at most d reach^2
     if not reach * reach * C.shape[1] * max(total, 1.0) < torch.finfo(dtype).max:
         raise ValueError(
@@ -60,9 +65,12 @@ def check_reach(Xf: Tensor | SparseRows, C: Tensor, exponent: int = 0, total: fl
 
 
 def to_numpy(t: Tensor) -> np.ndarray:
-    """``t`` as a NumPy array on the CPU (detached; no copy for a CPU tensor)."""
+    """``t`` as a NumPy array on the CPU (detached; no copy for a CPU tensor). bfloat16, which
+    NumPy lacks, comes back in float32 (a copy; every bfloat16 is a float32)."""
     if not isinstance(t, Tensor):
         raise TypeError(f"t must be a torch.Tensor; got {type(t).__name__}")
+    if t.dtype == torch.bfloat16:
+        t = t.float()
     return t.detach().cpu().numpy()
 
 

@@ -46,7 +46,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._validation import check_matrix, check_tensor, compute_dtype
+from ._validation import check_finite, check_matrix, check_tensor, compute_dtype
 from .distances import WIDE_DOTS, row_norms_sq
 
 __all__ = [
@@ -67,12 +67,18 @@ __all__ = [
 UNIT_TOLERANCE = 16
 
 
+def _numbers(X: Tensor) -> Tensor:
+    """``X``, or bool ``X`` as its 0/1 values in float32 (as :func:`cosine_similarity` computes
+    it): this module takes integers as numbers, and bools are integers."""
+    return X.to(compute_dtype(X.dtype)) if X.dtype == torch.bool else X
+
+
 def _scale(X: Tensor, name: str = "X") -> Tensor:
     """``max_l |x_il|`` (..., 1), detached: dividing by it first keeps the norms of rows of tiny
     or huge entries from underflowing to 0 or overflowing to inf. Raises unless ``X`` is a real
     tensor with a non-empty last dimension (named ``name``)."""
     _check_rows(X, name)
-    return X.detach().abs().amax(dim=-1, keepdim=True)
+    return _numbers(X.detach()).abs().amax(dim=-1, keepdim=True)
 
 
 def _norms(X: Tensor) -> Tensor:
@@ -107,6 +113,11 @@ def check_nonzero_rows(X: Tensor, name: str = "X") -> None:
     """Raise ``ValueError`` naming the first row of ``X`` (..., d) whose entries are all zero."""
     _check_rows(X, name)
     Xd = X.detach()
+    if not Xd.is_floating_point():  # integers and bools: no norm to take, no underflow
+        zero = ~(Xd != 0).any(dim=-1)
+        if bool(zero.any()):
+            raise _zero_row_error(zero, name)
+        return
     zero = torch.linalg.vector_norm(Xd, dim=-1) == 0  # (...,): the zero rows, and any whose
     if bool(zero.any()):  # squares all underflowed, told apart by their entries
         zero[zero.clone()] = ~(Xd[zero] != 0).any(dim=-1)
@@ -121,10 +132,12 @@ def normalize_rows(X: Tensor, name: str = "X") -> Tensor:
     (at most half its largest value, and at least ``d / eps`` times its smallest normal, so
     that squares lost to underflow cannot matter); otherwise as ``y / ||y||`` with ``y = x /
     max_l |x_l|`` (the scale detached: the quotient does not depend on it), so no row
-    underflows or overflows. A zero row raises ``ValueError`` naming the first one (``name``
-    is the parameter's name in the message).
+    underflows or overflows. A zero row raises ``ValueError`` naming the first one, NaN or inf
+    entries ``ValueError`` saying how many (``name`` is the parameter's name in the messages).
+    Integers are divided as numbers (a float32 result), bools as 0 and 1.
     """
     _check_rows(X, name)
+    X = _numbers(X)
     if X.is_floating_point():
         norm = _norms(X)  # (..., 1)
         info = torch.finfo(X.dtype)
@@ -133,6 +146,8 @@ def normalize_rows(X: Tensor, name: str = "X") -> Tensor:
                                & (sq >= X.shape[-1] / info.eps * info.tiny)).all()):
             return X / norm
     scale = _scale(X, name)  # (..., 1)
+    if not bool(torch.isfinite(scale).all()):  # a NaN or inf entry (its row's norm is not
+        check_finite(X, name)  # finite either, so finite rows never come this way for it)
     zero = (scale == 0).squeeze(-1)
     if bool(zero.any()):
         raise _zero_row_error(zero, name)
@@ -165,13 +180,21 @@ def project_rows(C: Tensor, fallback: Tensor | None = None, name: str = "C") -> 
     """The rows of ``C`` (k, d) on the unit sphere, ``c_j / ||c_j||``.
 
     A zero row (a cluster whose members' directions cancel) takes the row of ``fallback`` (the
-    previous centroids, so such a centroid keeps its direction); without ``fallback`` it raises
+    previous centroids, so such a centroid keeps its direction; a real tensor of ``C``'s
+    shape, else ``TypeError`` / ``ValueError`` naming it); without ``fallback`` it raises
     ``ValueError`` naming the row.
     """
     if fallback is not None:
-        zero = (_scale(C, name) == 0).squeeze(-1)  # (k,)
+        scale = _scale(C, name)  # (k, 1); checks C
+        check_tensor(fallback, "fallback")
+        if fallback.shape != C.shape:
+            raise ValueError(f"fallback must have the shape of {name} {tuple(C.shape)}; got "
+                             f"{tuple(fallback.shape)}")
+        zero = (scale == 0).squeeze(-1)  # (k,)
         if bool(zero.any()):
-            C = torch.where(zero.unsqueeze(-1), fallback.to(C.dtype), C)
+            C = _numbers(C)
+            C = torch.where(zero.unsqueeze(-1),
+                            fallback.to(C.dtype) if C.is_floating_point() else fallback, C)
     return normalize_rows(C, name)
 
 

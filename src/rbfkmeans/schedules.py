@@ -75,6 +75,10 @@ __all__ = [
 MIN_MEAN_NORM = 1e-3
 #: the most temperatures :func:`geometric_schedule` returns
 MAX_LADDER = 100_000
+#: how far above 1 :func:`sphere_eigmax` takes ``||mu||`` to be rounding: float32 rows count as
+#: unit rows within 16 eps of a squared norm of 1 (:func:`rbfkmeans.metrics.unit_rows`), so the
+#: norm of their mean may exceed 1 by 1e-6
+_MEAN_NORM_SLACK = 1e-5
 
 
 def critical_temperature_factor(assignment: str, n_clusters: int) -> float:
@@ -86,9 +90,13 @@ def critical_temperature_factor(assignment: str, n_clusters: int) -> float:
 def sphere_eigmax(tangent_eigmax: float, mean_norm: float) -> float:
     """``lambda_max(P Sigma P) / max(||mu||, MIN_MEAN_NORM)``: on the sphere, the eigenvalue
     that plays the part of ``lambda_max(Sigma)``, ``T_c = critical_temperature_factor * this``
-    (module docstring)."""
+    (module docstring). ``mean_norm``, the norm of a mean of unit rows, lies in ``[0, 1]`` (up
+    to rounding: 1e-5 above 1 is taken as 1's rounding); more raises ``ValueError``."""
     tangent_eigmax = check_real(tangent_eigmax, "tangent_eigmax", minimum=0.0)
     mean_norm = check_real(mean_norm, "mean_norm", minimum=0.0)
+    if mean_norm > 1.0 + _MEAN_NORM_SLACK:
+        raise ValueError(f"mean_norm must be <= 1 (the norm of a mean of unit rows); got "
+                         f"{mean_norm!r}")
     return float(tangent_eigmax) / max(float(mean_norm), MIN_MEAN_NORM)
 
 
@@ -105,8 +113,9 @@ def critical_temperature(
     times ``lambda_max(Cov X)``, or for ``metric="cosine"`` times
     ``lambda_max(P Sigma P) / ||mu||`` of the normalised rows (:func:`sphere_eigmax`). ``eigmax``
     replaces that eigenvalue (a finite number ``>= 0``; ``X`` and ``sample_weight`` are then
-    not read). Raises ``ValueError`` naming ``sample_weight`` when the weights sum to zero (no
-    data, no spread) and naming ``X`` when its squared deviations overflow float64."""
+    not read). Raises ``ValueError`` naming ``X`` when it has no rows, naming ``sample_weight``
+    when the weights sum to zero (no data, no spread), and naming ``X`` when its squared
+    deviations overflow float64."""
     if eigmax is not None:
         lam = check_real(eigmax, "eigmax", minimum=0.0)
     elif check_metric(metric) == "cosine":
@@ -114,6 +123,9 @@ def critical_temperature(
         lam = sphere_eigmax(lam_t, r)
     else:
         lam = covariance_eigmax(X, sample_weight)
+    if eigmax is None and X.shape[0] == 0:  # X is a checked (n, d) tensor here
+        raise ValueError("X must have at least one row (there is no spread to take a critical "
+                         f"temperature from); got shape {tuple(X.shape)}")
     if eigmax is None and isinstance(sample_weight, Tensor) \
             and not bool((sample_weight > 0).any()):
         raise ValueError("sample_weight must have a positive entry (the weights sum to zero: "
@@ -126,6 +138,8 @@ def geometric_schedule(T_start: float, T_end: float, ratio: float) -> np.ndarray
     r"""Temperatures ``T_start, T_start r, T_start r^2, ...`` down to (and including) ``T_end``.
 
     A pure function: the solver only consumes the list. ``0 < ratio < 1``, ``T_start >= T_end > 0``.
+    Every temperature is positive, over all of float64's range (``1e300`` to ``1e-300``): a
+    rung whose ``ratio^i`` underflows is ``exp(log T_start + i log ratio)``.
     """
     T_start = check_temperature(T_start, "T_start")
     T_end = check_temperature(T_end, "T_end")
@@ -144,7 +158,13 @@ def geometric_schedule(T_start: float, T_end: float, ratio: float) -> np.ndarray
             f"hold {steps:.3g} temperatures (at most {MAX_LADDER}); narrow the range or cool "
             "faster")
     n = math.floor(steps + 1e-9) + 1
-    temps = T_start * float(ratio) ** np.arange(n)
+    powers = float(ratio) ** np.arange(n)  # (n,)
+    temps = T_start * powers
+    # where ratio^i leaves float64's normal range (it underflows: 0.5^1075 = 0) while
+    # T_start ratio^i does not, the rung from logs instead (to a relative ~1e-13)
+    lost = powers < np.finfo(np.float64).tiny
+    if lost.any():
+        temps[lost] = np.exp(math.log(T_start) + np.flatnonzero(lost) * math.log(ratio))
     if temps[-1] > T_end * (1 + 1e-12):
         temps = np.append(temps, T_end)
     return temps

@@ -85,7 +85,11 @@ class Config:
 
 
 def margins(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
-    """Per point ``d_(2) - d_(1)`` (n,): the gap between its two smallest squared distances."""
+    """Per point ``d_(2) - d_(1)`` (n,): the gap between its two smallest squared distances.
+    ``C`` (k, d) must hold at least two centroids."""
+    if check_matrix(C, "C", "(k, d)").shape[0] < 2:
+        raise ValueError("C must hold at least two centroids (a margin is the gap between the "
+                         f"two nearest); got shape {tuple(C.shape)}")
     D = sq_distances(X, C)  # (n, k)
     two = D.topk(2, dim=1, largest=False).values  # (n, 2)
     return two[:, 1] - two[:, 0]
@@ -177,11 +181,35 @@ def dataset_summary(ctx: Context) -> dict[str, Any]:
 
 
 def _linfit(u: np.ndarray, v: np.ndarray) -> tuple[float, float, float]:
-    """Least squares ``v = a + b u``: ``(a, b, rms residual)``."""
+    """Least squares ``v = a + b u``: ``(a, b, rms residual)``, for ``u`` of at least two
+    distinct values. Where rounding leaves the design ``[1, u]`` of rank one (``u`` of a scale
+    far from 1, as ``1/T`` at ``T = 1e-300``, or spread over a sliver of its size) the fit is
+    taken on ``z = (u - c) / h`` (``c`` the midrange, ``h`` the half range: ``z`` in
+    ``[-1, 1]``) and mapped back, ``b = b_z / h``, ``a = a_z - b_z c / h``."""
     A = np.stack([np.ones_like(u), u], axis=1)
-    coef, *_ = np.linalg.lstsq(A, v, rcond=None)
+    coef, _, rank, _ = np.linalg.lstsq(A, v, rcond=None)
+    if rank < 2:
+        lo, hi = float(u.min()), float(u.max())
+        c, h = lo / 2 + hi / 2, hi / 2 - lo / 2  # halves first: no overflow
+        A = np.stack([np.ones_like(u), (u - c) / h], axis=1)
+        coef, *_ = np.linalg.lstsq(A, v, rcond=None)
+        resid = v - A @ coef
+        b_z = float(coef[1])
+        return float(coef[0]) - b_z * (c / h), b_z / h, float(np.sqrt(np.mean(resid**2)))
     resid = v - A @ coef
     return float(coef[0]), float(coef[1]), float(np.sqrt(np.mean(resid**2)))
+
+
+def _power_of_ten(a: float, t: np.ndarray, g: np.ndarray) -> float:
+    """``10^a``, the fitted ``A``; ``ValueError`` naming ``T`` and ``gap`` where it overflows
+    float64."""
+    try:
+        return 10.0**a
+    except OverflowError:
+        raise ValueError(
+            f"the fitted A = 10^{a:.6g} overflows float64: T (from {float(t.min())!r} to "
+            f"{float(t.max())!r}) and gap (from {float(g.min())!r} to {float(g.max())!r}) lie "
+            "too far apart in scale; rescale T or gap") from None
 
 
 def _positive_series(T: Any, gap: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -210,22 +238,40 @@ def _positive_series(T: Any, gap: Any) -> tuple[np.ndarray, np.ndarray]:
     return t, g
 
 
+def _abscissae(u: np.ndarray, t: np.ndarray, what: str, symbol: str) -> np.ndarray:
+    """``u``, a function of the temperatures ``t`` that a fit is taken against, if it is finite
+    and holds two distinct values; else ``ValueError`` naming ``T``."""
+    if not np.isfinite(u).all():
+        i = int(np.flatnonzero(~np.isfinite(u))[0])
+        raise ValueError(f"T must hold numbers whose {what} are finite ({symbol} is fitted); "
+                         f"got {float(t[i])!r} at index {i}")
+    if np.unique(u).size < 2:
+        raise ValueError(f"T must hold at least two temperatures of distinct {what} in float64 "
+                         f"({symbol} is fitted); got {t.tolist()!r}")
+    return u
+
+
 def fit_exponential(T: Sequence[float] | np.ndarray, gap: Sequence[float] | np.ndarray
                     ) -> dict[str, float]:
     """``gap = A exp(-B / T)``: least squares on ``log10 gap`` against ``1/T`` (``T`` and
-    ``gap`` finite and > 0, at least two distinct ``T``)."""
+    ``gap`` finite and > 0, at least two distinct finite ``1/T``; ``ValueError`` naming them,
+    and where ``A`` overflows float64)."""
     t, g = _positive_series(T, gap)
-    a, b, rms = _linfit(1.0 / t, np.log10(g))
-    return {"A": 10.0**a, "B": -b * math.log(10.0), "rms_log10": rms, "points": int(t.size)}
+    with np.errstate(over="ignore"):
+        u = _abscissae(1.0 / t, t, "reciprocals", "1/T")
+    a, b, rms = _linfit(u, np.log10(g))
+    return {"A": _power_of_ten(a, t, g), "B": -b * math.log(10.0), "rms_log10": rms,
+            "points": int(t.size)}
 
 
 def fit_power(T: Sequence[float] | np.ndarray, gap: Sequence[float] | np.ndarray
               ) -> dict[str, float]:
     """``gap = A T^p``: least squares on ``log10 gap`` against ``log10 T`` (``T`` and ``gap``
-    finite and > 0, at least two distinct ``T``)."""
+    finite and > 0, at least two distinct ``log10 T``; ``ValueError`` naming them, and where
+    ``A`` overflows float64)."""
     t, g = _positive_series(T, gap)
-    a, p, rms = _linfit(np.log10(t), np.log10(g))
-    return {"A": 10.0**a, "p": p, "rms_log10": rms, "points": int(t.size)}
+    a, p, rms = _linfit(_abscissae(np.log10(t), t, "logarithms", "log10 T"), np.log10(g))
+    return {"A": _power_of_ten(a, t, g), "p": p, "rms_log10": rms, "points": int(t.size)}
 
 
 def match_max_error(C: torch.Tensor, C_ref: torch.Tensor) -> float:

@@ -89,15 +89,24 @@ def moons(n: int = 1000, *, noise: float = 0.08, seed: int = 0) -> tuple[np.ndar
     return X, y
 
 
+#: the most ``turns`` :func:`spirals` can draw: beyond, the angle's square overflows float64
+_MAX_TURNS = (math.sqrt(np.finfo(np.float64).max) - np.pi / 2) / (2 * np.pi)
+
+
 def spirals(
     n: int = 1000, *, turns: float = 1.5, noise: float = 0.25, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """Two arms ``theta (cos theta, sin theta)`` and its rotation by pi, ``theta`` in
-    ``[pi/2, pi/2 + 2 pi turns]`` with density uniform in arc length (roughly), plus noise."""
+    ``[pi/2, pi/2 + 2 pi turns]`` with density uniform in arc length (roughly), plus noise.
+    ``turns`` is a finite number ``> 0`` whose largest angle squares to a float64 (at most
+    about 2e153)."""
     n, seed, noise = _size(n), _seed(seed), check_nonnegative(noise, "noise")
     turns = check_real(turns, "turns", positive=True)
-    rng = np.random.default_rng(seed)
     lo, hi = np.pi / 2, np.pi / 2 + 2 * np.pi * turns
+    if not math.isfinite(hi * hi):  # theta^2 is drawn: it must be a float64
+        raise ValueError(f"turns must be at most {_MAX_TURNS:.3g} (the largest angle's square, "
+                         f"(pi/2 + 2 pi turns)^2, must be finite in float64); got {turns!r}")
+    rng = np.random.default_rng(seed)
     parts = []
     for arm, m in enumerate(_split(n, 2)):
         theta = np.sqrt(rng.uniform(lo**2, hi**2, m))  # arc length ~ theta^2
@@ -125,14 +134,22 @@ def circles(
 
 def standardize(X: np.ndarray) -> np.ndarray:
     """``(X - mean) / s`` with ``s^2 = trace(Cov X) / d``: zero mean, unit average variance.
-    ``X`` (n, d) must be finite and not constant (``s > 0``)."""
+    ``X`` (n, d), an array or anything ``numpy.asarray`` takes (not modified), must be finite
+    and not constant (``s > 0``). The result does not depend on ``X``'s scale: ``X`` is first
+    divided by the power of two that brings its largest ``|x|`` into ``[1/2, 1)`` (exact, so
+    the result is the same floats), and its squares can then neither overflow nor
+    underflow."""
     arr = np.asarray(X)
     if arr.ndim != 2 or arr.size == 0 or arr.dtype.kind not in "biuf":
         raise ValueError(f"X must be a non-empty 2-D array of real numbers (n, d); got "
                          f"{arr.dtype} of shape {arr.shape}")
     if not np.isfinite(arr).all():
         raise ValueError("X must be finite; got NaN or inf entries")
-    Xc = X - X.mean(axis=0)
+    if arr.dtype.kind != "f":
+        arr = arr.astype(np.float64)  # as X - X.mean(axis=0) promotes integers and bools
+    _, e = np.frexp(np.abs(arr).max())
+    arr = np.ldexp(arr, -e)  # max |x| in [1/2, 1): a new array, X is not modified
+    Xc = arr - arr.mean(axis=0)
     s = np.sqrt((Xc**2).sum() / Xc.size)
     if not s > 0:
         raise ValueError("X must not be constant: all its rows are equal, so it has no spread "

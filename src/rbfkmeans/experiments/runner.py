@@ -68,7 +68,11 @@ def run_reproduction(
 
     ``seed`` is an integer from 0 to :data:`SEED_MAX`. ``threads`` bounds torch's intra-op
     threads while it runs (the problems are small; on a shared machine one thread is much faster
-    than several fighting for cores), at most the machine's CPUs.
+    than several fighting for cores): an integer from 1 to
+    :data:`rbfkmeans.cli_args.MAX_THREADS` (1024, however many cores the machine has).
+    ``quick`` (the small configuration of the tests) and ``progress`` (a progress bar) are
+    bools. A bad argument raises ``TypeError`` / ``ValueError`` naming it before ``out`` is
+    created.
     """
     from tqdm.auto import tqdm
 
@@ -79,6 +83,9 @@ def run_reproduction(
         raise TypeError(f"out must be a path; got {type(out).__name__} {out!r}")
     if not os.fspath(out):
         raise ValueError("out must name a folder; got ''")
+    for flag, value in (("quick", quick), ("progress", progress)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{flag} must be a bool; got {type(value).__name__} {value!r}")
     seed = check_positive_int(seed, "seed", minimum=0)
     if seed > SEED_MAX:
         raise ValueError(f"seed must be an integer from 0 to {SEED_MAX}; got {seed!r}")
