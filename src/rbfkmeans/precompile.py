@@ -238,7 +238,7 @@ def ready_for(entries: int) -> bool:
     if entries >= PAYBACK_ENTRIES and _compile_in_background():
         warnings.warn(
             "rbfkmeans is compiling its CPU kernels in a background process (once per "
-            "environment, about two minutes; `rbfkmeans kernels` compiles them in the "
+            "environment, a few minutes; `rbfkmeans kernels` compiles them in the "
             "foreground with progress). Until they are ready, fits take the torch passes: the "
             "same results up to rounding.", CompilingKernels, stacklevel=3)
     return False
