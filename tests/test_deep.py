@@ -732,3 +732,56 @@ def test_loss_and_graph_functions_name_a_bad_argument(call, exc, match) -> None:
     argument (no IndexError, no shape RuntimeError, no NaN out of NaN in)."""
     with pytest.raises(exc, match=match):
         call()
+
+
+# -- how a fit starts: the caller's grad mode, a second fit ----------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_fit_and_pretrain_train_whatever_the_callers_grad_mode(mode: str) -> None:
+    """A fit inside ``torch.no_grad()`` or ``torch.inference_mode()`` trains as one outside (it
+    failed with torch's 'element 0 of tensors does not require grad'), and leaves no gradient
+    of its last batch on the networks."""
+    X, _ = blobs()
+    context = torch.no_grad if mode == "no_grad" else torch.inference_mode
+    inside, pretrained = tiny(X, 3), tiny(X, 3)  # networks made outside, fitted inside
+    with context():
+        Xc = torch.as_tensor(X).clone()  # rows made inside too: an inference tensor there
+        inside.fit(Xc)
+        pretrained.pretrain(Xc)
+    outside = tiny(X, 3).fit(X)
+    np.testing.assert_array_equal(inside.labels_, outside.labels_)
+    for a, b in zip(inside.encoder.parameters(), outside.encoder.parameters(), strict=True):
+        assert torch.equal(a.detach(), b.detach())
+    assert pretrained.pretrain_history_ == tiny(X, 3).pretrain(X).pretrain_history_
+    assert all(p.grad is None for p in inside.encoder.parameters())
+    assert all(p.grad is None for p in outside.decoder.parameters())
+    assert inside.layer_.centroids.grad is None
+
+
+def test_a_second_fit_pretrains_again_and_pretrain_then_fit_does_not() -> None:
+    """``pretrained_`` says whether the networks hold a pretraining the next fit starts from:
+    :meth:`pretrain` sets it and ``fit`` uses it up, so a second fit pretrains again (it had
+    kept the first fit's pretraining history and skipped the stage, also after the user set
+    new networks or ``pretrain_epochs``)."""
+    X, _ = blobs()
+    dc = tiny(X, 3).fit(X)
+    assert dc.pretrained_ is False
+    first = list(dc.pretrain_history_)
+    dc.fit(X)
+    assert len(dc.pretrain_history_) == 3
+    assert dc.pretrain_history_ != first  # pretrained again, from the jointly trained weights
+    fresh = tiny(X, 3)
+    dc.encoder, dc.decoder = fresh.encoder, fresh.decoder
+    dc.fit(X)
+    assert dc.pretrain_history_ == first  # new networks, the same seed: the same pretraining
+    staged = tiny(X, 3).pretrain(X)
+    assert staged.pretrained_ is True
+    before = [p.detach().clone() for p in staged.encoder.parameters()]
+    calls: list[int] = []
+    original = staged._pretrain
+    staged._pretrain = lambda *a, **kw: calls.append(1) or original(*a, **kw)  # type: ignore[method-assign]
+    staged.fit(X)
+    assert calls == []  # pretrain() ran since the last fit: fit starts from it
+    assert not all(torch.equal(a, p.detach()) for a, p in zip(before, staged.encoder.parameters(),
+                                                              strict=True))

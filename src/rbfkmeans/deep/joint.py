@@ -74,7 +74,7 @@ from .checks import all_or_nothing, check_input_width, check_output_width
 from .graph import knn_graph
 from .inference import InferenceMixin
 from .inputs import as_rows, warn_if_unscaled
-from .pretrain import PretrainMixin
+from .pretrain import PretrainMixin, training, training_rows
 from .stage import JointStageMixin
 from .start import init_centroids
 
@@ -354,8 +354,13 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
         return self
 
     def fit(self, X: Any, y: Any = None) -> DeepClusterer:
-        """Pretrain (unless done already), initialise the layer, then train jointly (module
-        docstring). ``y`` is ignored. ``timings_`` holds the seconds of each stage.
+        """Pretrain (unless :meth:`pretrain` ran since the last fit), initialise the layer, then
+        train jointly (module docstring). ``y`` is ignored. ``timings_`` holds the seconds of each
+        stage. The networks are the caller's and are trained in place: a second ``fit`` pretrains
+        again from where the first left them (``pretrained_`` is False after a fit), it does not
+        start from their first weights. Training runs with gradients whatever the caller's grad
+        mode (``torch.no_grad()`` or ``inference_mode`` around ``fit``), and leaves no gradient
+        of its last batch on the parameters.
 
         The parameters and ``X`` are checked before anything changes (settings that leave the
         loss of a stage without a gradient raise ``ValueError``), a call that raises
@@ -369,8 +374,8 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
             raise ValueError(f"X must have at least n_clusters={k} rows; got {n}")
         check_output_width(self.decoder, Xt)
         check_trainable(self, n, pretraining=not self.pretrained_, joint=True)
-        with self._all_or_nothing():
-            return self._fit(Xt, t0)
+        with self._all_or_nothing(), training():
+            return self._fit(training_rows(Xt), t0)
 
     def _fit(self, Xt: Tensor, t0: float) -> DeepClusterer:
         """:meth:`fit` on a checked ``Xt``, its clock started at ``t0``."""
@@ -392,6 +397,7 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
         self.labels_ = self._fitted_labels(self._embed_all(Xt), neighbors).cpu().numpy()
         self.n_features_in_ = Xt.shape[1]
         self.timings_["joint_s"] = time.perf_counter() - t0
+        self.pretrained_ = False  # the networks now hold the joint training: a new fit pretrains
         return self
 
     def fit_predict(self, X: Any, y: Any = None) -> np.ndarray:

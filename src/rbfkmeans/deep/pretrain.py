@@ -15,6 +15,8 @@ reads the clusterer's settings and networks and writes ``pretrain_history_`` and
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -28,6 +30,21 @@ from .inputs import warn_if_unscaled
 from .losses import neighbor_contrastive_loss
 
 __all__ = ["PretrainMixin"]
+
+
+@contextmanager
+def training() -> Iterator[None]:
+    """Autograd on and inference mode off, whatever the caller's modes: the stages train (inside
+    ``torch.no_grad()`` or ``torch.inference_mode()`` a fit had failed in its first
+    ``backward``)."""
+    with torch.inference_mode(False), torch.enable_grad():
+        yield
+
+
+def training_rows(Xt: Tensor) -> Tensor:
+    """``Xt``, or a normal copy of it where it was made in inference mode (autograd cannot save
+    an inference tensor for the backward pass)."""
+    return Xt.clone() if Xt.is_inference() else Xt
 
 
 class PretrainMixin:
@@ -79,9 +96,9 @@ class PretrainMixin:
         Xt = self._as_tensor(X)
         check_output_width(self.decoder, Xt)
         check_trainable(self, Xt.shape[0], pretraining=True, joint=False)
-        with self._all_or_nothing():
+        with self._all_or_nothing(), training():
             warn_if_unscaled(Xt)
-            return self._pretrain(Xt, None)
+            return self._pretrain(training_rows(Xt), None)
 
     def _pretrain(self: Any, Xt: Tensor, neighbors: Tensor | None) -> Any:
         """:meth:`pretrain` on a checked ``Xt``, with its kNN graph when the caller has it."""
@@ -90,6 +107,7 @@ class PretrainMixin:
         if self.pretrain_epochs == 0 or (self.decoder is None and not contrastive):
             self.pretrained_ = True
             return self
+        self._embed_all(Xt[: self.batch_size])  # NaN weights named as the encoder's, not Z's
         if not contrastive:
             neighbors = None
         elif neighbors is None:
@@ -110,6 +128,7 @@ class PretrainMixin:
                 total += float(loss.detach()) * idx.numel()
             self.pretrain_history_.append(total / Xt.shape[0])
             bar.set_postfix(loss=f"{self.pretrain_history_[-1]:.4f}")
+        opt.zero_grad(set_to_none=True)  # no gradient of the last batch left on the networks
         self.pretrained_ = True
         return self
 

@@ -159,6 +159,7 @@ class JointStageMixin:
             self.history_.append(record)
             bar.set_postfix(T=f"{layer.temperature:.3g}", loss=f"{record['total']:.4f}",
                             changed=f"{changed:.3f}")
+        opt.zero_grad(set_to_none=True)  # no gradient of the last batch left on the networks
 
     def _collapse_guard(self: Any, Z: Tensor, opt: torch.optim.Optimizer | None = None,
                         labels: Tensor | None = None) -> list[int]:
