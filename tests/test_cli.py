@@ -20,6 +20,7 @@ from sklearn.datasets import make_blobs
 from rbfkmeans import RBFKMeans
 from rbfkmeans.cli import main
 from rbfkmeans.cli_fit import read_matrix
+from rbfkmeans.table_file import InputError, header_warning
 
 X, _ = make_blobs(60, n_features=2, centers=3, random_state=0)
 
@@ -489,3 +490,95 @@ def test_table_file_functions_name_a_bad_argument() -> None:
         parse_delimiter(5, Path("a.csv"))  # type: ignore[arg-type]
     assert is_npy("A.NPY")
     assert parse_delimiter(None, "b.TSV") == "\t"  # type: ignore[arg-type]
+
+
+# -- files that are not what they seem ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("content", "what"), [
+    (b"", "no NumPy header: empty"),
+    (b"1,2\n3,4\n", "no NumPy header: a text or other file"),
+    (b"PK\x03\x04rest", "a zip archive"),
+    (b"\x1f\x8b\x08rest", "a gzip-compressed file"),
+])
+def test_npy_names_files_without_a_numpy_header(tmp_path: Path, capsys, content: bytes,
+                                                what: str) -> None:
+    """An empty .npy raised numpy's EOFError as a traceback; a CSV, a zip or a gzip file named
+    .npy got numpy's message about pickled data."""
+    (tmp_path / "x.npy").write_bytes(content)
+    with pytest.raises(InputError, match=f"not a .npy array .*{what}"):
+        read_matrix(tmp_path / "x.npy")
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.count("\n") == 1
+
+
+def test_npy_refuses_timedelta_arrays(tmp_path: Path) -> None:
+    """timedelta64 passed the integer check (NumPy counts it as one) and was fitted on its raw
+    counts, the unit lost."""
+    np.save(tmp_path / "t.npy", np.arange(6, dtype="m8[s]").reshape(3, 2))
+    with pytest.raises(InputError, match=r"expected an integer or float array; got dtype "
+                                         r"timedelta64\[s\]"):
+        read_matrix(tmp_path / "t.npy")
+
+
+@pytest.mark.parametrize("text", ["1_000", "\u0661", "\uff11", "1\u00a0000"])
+def test_csv_numbers_are_ascii_decimals(tmp_path: Path, text: str) -> None:
+    """Python's float reads '1_000' as 1000 and other scripts' digits ('١', '１') as numbers;
+    NumPy and CSV readers do not, and neither does the table reader now."""
+    (tmp_path / "d.csv").write_text(f"1.5,2\n{text},4\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"line 2, column 1: .* is not a number"):
+        read_matrix(tmp_path / "d.csv")
+
+
+def test_a_numeric_header_is_reported(tmp_path: Path, capsys) -> None:
+    """A word mistyped in a first data row makes it a header, the data one row short: the
+    command says so on stderr (it still reads ``id,1`` as a header, as documented); a header of
+    names only says nothing."""
+    rows = "\n".join(f"{x:.3f},{2 * x:.3f},{x * x:.3f}" for x in np.linspace(0, 3, 20))
+    (tmp_path / "t.csv").write_text("0.5,abc,2\n" + rows + "\n")
+    run_ok(["fit", str(tmp_path / "t.csv"), "-k", "2"], capsys)  # reads the header; warns
+    assert main(["fit", str(tmp_path / "t.csv"), "-k", "2", "--force"]) == 0
+    err = capsys.readouterr().err
+    assert ("warning: " + str(tmp_path / "t.csv") + ": the first row was read as a header, "
+            "though 2 of its 3 fields are numbers; if it is a data row, 'abc' is not a number"
+            ) in err
+    assert header_warning(["a", "b"]) is None
+    assert header_warning(None) is None
+    assert header_warning(["id", "1"]) is not None
+
+
+@pytest.mark.parametrize(("line", "hint"), [("1\t2", "tabs"), ("1;2", "';'")])
+def test_a_field_holding_another_delimiter_suggests_it(tmp_path: Path, line: str,
+                                                       hint: str) -> None:
+    (tmp_path / "s.csv").write_text(f"{line}\n{line}\n")
+    with pytest.raises(InputError, match=f"separated by {hint}\\? pass --delimiter"):
+        read_matrix(tmp_path / "s.csv")
+
+
+def test_a_closed_pipe_ends_the_command_quietly(tmp_path: Path) -> None:
+    """``rbfkmeans fit data.csv | head -1`` ended in a BrokenPipeError traceback (status 1)
+    from the summary printed after the outputs were written: now status 141, as a shell reports
+    a command ended by SIGPIPE, and nothing on stderr. (The command's own print is replaced by
+    one that finds the pipe closed, so that the test does not depend on timing.)"""
+    import subprocess
+    import sys
+
+    (tmp_path / "p.csv").write_text("\n".join(f"{i},{i % 3}" for i in range(30)) + "\n")
+    script = (
+        "import builtins, sys\n"
+        "from rbfkmeans import cli_fit\n"
+        "from rbfkmeans.cli import main\n"
+        "real = builtins.print\n"
+        "def closed(*a, **kw):\n"
+        "    if kw.get('file') is None and str(a[0]).startswith('  wrote'):\n"
+        "        raise BrokenPipeError(32, 'Broken pipe')\n"
+        "    real(*a, **kw)\n"
+        "cli_fit.print = closed\n"
+        f"sys.exit(main(['fit', {str(tmp_path / 'p.csv')!r}, '-k', '2']))\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=300,
+                          check=False)
+    assert proc.stderr == b""
+    assert proc.returncode == 141
+    assert (tmp_path / "p_labels.csv").exists()  # the outputs were written before

@@ -39,7 +39,14 @@ from .assignments import ASSIGNMENTS
 from .atomic_files import Writer, as_path, check_out, check_targets, write_outputs
 from .cli_args import MAX_N_INIT, folder
 from .metrics import METRICS
-from .table_file import check_input, is_npy, one_line, parse_delimiter, read_matrix
+from .table_file import (
+    check_input,
+    header_warning,
+    is_npy,
+    one_line,
+    parse_delimiter,
+    read_matrix,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -162,6 +169,8 @@ def run_fit(args: argparse.Namespace) -> int:
         check_targets(targets, args.file, args.force)
         X, header = read_matrix(args.file, delimiter)
         print(_describe(args.file, X, header), flush=True)
+        if (note := header_warning(header)) is not None:
+            print(f"rbfkmeans fit: warning: {args.file}: {note}", file=sys.stderr)
         from .estimator import RBFKMeans
 
         est = RBFKMeans(args.n_clusters, assignment=args.assignment, metric=args.metric,

@@ -4,9 +4,13 @@ A ``.npy`` file holds one integer or float array (1-D is one column). A CSV is r
 of Python's :mod:`csv` module (fields may be quoted; the delimiter defaults to ``,``, and a tab
 for ``.tsv``). Blank lines and lines starting with ``#`` are skipped. The first other row is a
 header when at least one of its fields is non-empty and not a number (empty fields alone do not
-make a header); the header must have one name per column. Every other field must be a finite
-number: an empty field, a word, NaN/inf or a row of another length is an :class:`InputError`
-naming its line and column.
+make a header: ``id,1`` is a header); :func:`header_warning` says when such a header also holds
+numbers (a word mistyped in a first data row makes it a header, the data one row short). The
+header must have one name per column. Every other field must be a finite number, written as
+Python and NumPy read one in ASCII (``1.5``, ``-2e3``, ``+.5``; not ``1_000`` or other
+scripts' digits): an empty field, a word, NaN/inf or a row of another length is an
+:class:`InputError` naming its line and column. Compressed files and ``.npz`` archives are
+named as such, not read.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["InputError", "check_input", "is_npy", "one_line", "parse_delimiter", "read_matrix"]
+__all__ = ["InputError", "check_input", "header_warning", "is_npy", "one_line", "parse_delimiter",
+           "read_matrix"]
 
 
 class InputError(ValueError):
@@ -54,7 +59,8 @@ def read_matrix(path: Path, delimiter: str | None = None) -> tuple[np.ndarray, l
     bad = ~np.isfinite(X)
     if bad.any():
         i, j = (int(v[0]) for v in np.nonzero(bad))
-        raise InputError(f"{path}: line {lines[i]}, column {j + 1}: {float(X[i, j])} is not finite")
+        raise InputError(f"{path}: line {lines[i]}, column {j + 1}: {float(X[i, j])} is not "
+                         "finite (NaN, inf, or a number beyond float64's range)")
     return X, header
 
 
@@ -78,16 +84,36 @@ def _as_path(path: object) -> Path:
     return Path(path)
 
 
+#: the first bytes of files that are not tables: what they are, and what to do
+_MAGIC = ((b"PK\x03\x04", "a zip archive (an .npz?): save one array with numpy.save"),
+          (b"\x1f\x8b", "a gzip-compressed file: decompress it first"))
+
+
+def _not_a_table(path: Path) -> str | None:
+    """What ``path`` is where its first bytes say it is an archive or compressed, else None."""
+    with path.open("rb") as f:
+        head = f.read(8)
+    return next((what for magic, what in _MAGIC if head.startswith(magic)), None)
+
+
 def _read_npy(path: Path) -> np.ndarray:
     import numpy as np
 
     try:
+        with path.open("rb") as f:
+            head = f.read(6)
+        if head != b"\x93NUMPY":
+            what = _not_a_table(path) or ("empty" if not head else "a text or other file")
+            raise InputError(f"{path}: not a .npy array (no NumPy header: {what}; a CSV needs "
+                             "a .csv, .tsv or .txt name)")
         X = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, EOFError) as exc:
+        if isinstance(exc, InputError):
+            raise
         raise InputError(f"{path}: not a readable .npy array ({one_line(exc)})") from None
     if not isinstance(X, np.ndarray):
         raise InputError(f"{path}: expected one array, got {type(X).__name__}")
-    if not (np.issubdtype(X.dtype, np.integer) or np.issubdtype(X.dtype, np.floating)):
+    if X.dtype.kind not in "iuf":  # not bool, complex, timedelta64 (read as integers), ...
         raise InputError(f"{path}: expected an integer or float array; got dtype {X.dtype}")
     if X.ndim == 1:
         X = X.reshape(-1, 1)
@@ -120,13 +146,15 @@ def _read_csv(path: Path, delimiter: str) -> tuple[np.ndarray, list[str] | None,
                     header, header_line = [s.strip() for s in fields], reader.line_num
                     continue
                 where = f"{path}: line {reader.line_num}"
-                values = _parse_row(fields, where)
+                values = _parse_row(fields, where, delimiter)
                 if rows and len(values) != len(rows[0]):
                     raise InputError(f"{where} has {len(values)} values, expected {len(rows[0])}")
                 rows.append(values)
                 lines.append(reader.line_num)
     except UnicodeDecodeError:
-        raise InputError(f"{path}: not a text (UTF-8) file") from None
+        what = _not_a_table(path)
+        raise InputError(f"{path}: not a text (UTF-8) file" + (f": {what}" if what else "")
+                         ) from None
     except csv.Error as exc:
         raise InputError(f"{path}: {one_line(exc)}") from None
     if not rows:
@@ -142,9 +170,18 @@ def _is_blank(fields: list[str]) -> bool:
     return not fields or (len(fields) == 1 and not fields[0].strip())
 
 
+def _number(s: str) -> float:
+    """``float(s)`` for a number written in ASCII without ``_`` (Python's ``float`` also reads
+    ``1_000`` and other scripts' digits, which NumPy and CSV readers do not); ``ValueError``
+    otherwise."""
+    if not s.isascii() or "_" in s:
+        raise ValueError(f"not a number: {s!r}")
+    return float(s)
+
+
 def _is_number(s: str) -> bool:
     try:
-        float(s)
+        _number(s)
     except ValueError:
         return False
     return True
@@ -155,16 +192,34 @@ def _is_header(fields: list[str]) -> bool:
     return any(s.strip() and not _is_number(s) for s in fields)
 
 
-def _parse_row(fields: list[str], where: str) -> list[float]:
+def header_warning(header: list[str] | None) -> str | None:
+    """A warning for a header of which some names are numbers (``id,1``, or a data row with a
+    mistyped word: ``0.5,abc,2`` would leave the data one row short), None otherwise."""
+    if header is None:
+        return None
+    numbers = [col for col, name in enumerate(header, start=1) if _is_number(name)]
+    if not numbers:
+        return None
+    words = [name for name in header if name and not _is_number(name)]
+    return (f"the first row was read as a header, though {len(numbers)} of its {len(header)} "
+            f"fields are numbers; if it is a data row, {words[0]!r} is not a number (the fit "
+            "then misses that row)")
+
+
+def _parse_row(fields: list[str], where: str, delimiter: str = ",") -> list[float]:
     """The numbers of one data row; ``where`` (file and line) prefixes the error messages."""
     values = []
     for col, s in enumerate(fields, start=1):
         if not s.strip():
             raise InputError(f"{where}, column {col}: empty field")
         try:
-            values.append(float(s))
+            values.append(_number(s))
         except ValueError:
-            raise InputError(f"{where}, column {col}: {s.strip()!r} is not a number") from None
+            hint = next((f" (fields separated by {name}? pass --delimiter)"
+                         for sep, name in (("\t", "tabs"), (";", "';'"), (",", "','"))
+                         if sep != delimiter and sep in s), "")
+            raise InputError(f"{where}, column {col}: {s.strip()!r} is not a number{hint}"
+                             ) from None
     return values
 
 
