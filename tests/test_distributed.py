@@ -15,6 +15,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -887,3 +888,93 @@ def test_process_group_rejects_unknown_backend() -> None:
     with pytest.raises(ValueError, match=r"backend must be a torch\.distributed backend name"), \
             process_group("carrier-pigeon"):
         pass
+
+
+def _verbose_worker(rank: int, port: int, out: str) -> None:
+    """A hard cosine fit whose Lloyd runs take bounded passes (n k >= 2^20), verbose on no
+    rank, on rank 0 only and on both: every rank must take the same passes."""
+    import warnings
+
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    X = np.random.default_rng(rank).normal(size=(9000, 3)) + 0.5
+    results: dict[str, Any] = {}
+    with process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                       world_size=WORLD, timeout_s=60):
+        for name, verbose in (("quiet", 0), ("rank0", int(rank == 0)), ("all", 1)):
+            est = rk.RBFKMeans(64, assignment="hard", metric="cosine", random_state=0,
+                               verbose=verbose, max_iter=30).fit(X)
+            results[name] = (est.cluster_centers_, est.inertia_)
+    save_rank(out, rank, results)
+
+
+def test_a_verbose_rank_takes_the_passes_of_the_others(tmp_path: Path) -> None:
+    """Rank 0's progress bar gave its Lloyd runs a callback, which turns bounded passes into
+    full ones, while the other ranks took bounded passes: their sums differed in size and gloo
+    aborted the fit ('Received data size doesn't match expected size. 520 vs 512'). Now every
+    rank takes callbacks where any rank is verbose: the ranks end with one model, the quiet
+    fit's up to the rounding of full passes against bounded ones."""
+    ranks = run_ranks(_verbose_worker, tmp_path, world=WORLD, start_method="spawn")
+    quiet_C, quiet_J = ranks[0]["quiet"]
+    for name in ("quiet", "rank0", "all"):
+        C, J = ranks[0][name]
+        np.testing.assert_array_equal(ranks[1][name][0], C)
+        assert ranks[1][name][1] == J
+        np.testing.assert_allclose(C, quiet_C, rtol=1e-12, atol=1e-12)
+        assert abs(J - quiet_J) <= 1e-12 * abs(quiet_J)
+
+
+def _agreement_worker(rank: int, port: int, out: str) -> None:
+    """Settings that differ between the ranks, and settings that only look different."""
+    import functools
+    import warnings
+
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    X = np.random.default_rng(rank).normal(size=(200, 3))
+    results: dict[str, Any] = {}
+
+    def attempt(name: str, make: Callable[[], Any]) -> None:
+        try:
+            make()
+            results[name] = "ok"
+        except ValueError as exc:
+            results[name] = str(exc)
+
+    big = torch.zeros(40, 3, dtype=torch.float64)  # differs in one entry only: its repr agrees
+    big[7, 1] = 1e-6 * rank
+    with process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                       world_size=WORLD, timeout_s=60):
+        attempt("fb_k", lambda: rk.RBFKMeans(3 + rank, random_state=0).fit_batches([X]))
+        attempt("fb_epochs", lambda: rk.RBFKMeans(3, random_state=0).fit_batches(
+            [X], n_epochs=1 + rank))
+        attempt("fb_dtype", lambda: rk.RBFKMeans(
+            3, dtype=("float32", "float64")[rank], random_state=0).fit_batches([X]))
+        attempt("fit_numpy_scalars", lambda: rk.RBFKMeans(
+            (3, np.int64(3))[rank], tol=(1e-4, np.float64(1e-4))[rank], random_state=0).fit(X))
+        attempt("fit_init_list", lambda: rk.RBFKMeans(
+            3, init=([[0, 0, 0], [1, 1, 1], [2, 2, 2]], np.arange(9.0).reshape(3, 3) // 3)[rank],
+            n_init=1, random_state=0).fit(X))
+        attempt("fit_big_init", lambda: rk.RBFKMeans(40, init=big, n_init=1).fit(
+            np.concatenate([X, X])))
+        attempt("fit_partial_lr", lambda: rk.RBFKMeans(
+            3, solver="gradient", random_state=0,
+            optimizer=functools.partial(torch.optim.SGD, lr=0.1 * (1 + rank))).fit(X))
+    save_rank(out, rank, results)
+
+
+def test_ranks_agree_on_settings_and_name_those_that_differ(tmp_path: Path) -> None:
+    """fit_batches had no agreement check (different n_clusters or n_epochs hung; a different
+    dtype mixed the statistics); fit's check compared a large tensor init by its abbreviated
+    repr (a differing one ran on mixed statistics), a functools.partial by its name (a
+    different lr hung), and refused equal values of other types (3 and np.int64(3), a list
+    and the equal array). Every rank now raises naming what differs, or fits."""
+    ranks = run_ranks(_agreement_worker, tmp_path, world=WORLD, start_method="spawn")
+    for r in ranks:
+        assert "n_clusters differs" in r["fb_k"]
+        assert "n_epochs differs" in r["fb_epochs"]
+        assert "dtype differs" in r["fb_dtype"]
+        assert r["fit_numpy_scalars"] == "ok"
+        assert r["fit_init_list"] == "ok"
+        assert "init differs" in r["fit_big_init"]
+        assert "optimizer differs" in r["fit_partial_lr"]

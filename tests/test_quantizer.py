@@ -828,6 +828,13 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         del ddp, opt
         gc.collect()  # the reducer may sit in a reference cycle
         torch.distributed.barrier()
+        for name, kw in (("n_codes", {"n_codes": 4 + rank}),
+                         ("update", {"n_codes": 4, "update": ("kmeans", "objective")[rank]})):
+            try:  # settings that differ between the ranks: named on every rank
+                VectorQuantizer(3, seed=0, dtype=F64, **kw)(torch.randn(8, 3, dtype=F64))
+                results[f"mismatch_{name}"] = "ok"
+            except ValueError as exc:
+                results[f"mismatch_{name}"] = str(exc)
     save_rank(out_dir, rank, results)
 
 
@@ -873,3 +880,13 @@ def test_two_processes_under_ddp_hold_identical_codebooks(ranks: list[dict[str, 
     assert b["initialized"]
     assert torch.equal(a["codebook"], b["codebook"])
     assert torch.equal(a["unused_steps"], b["unused_steps"])
+
+
+def test_ranks_with_different_quantizer_settings_raise_naming_them(
+        ranks: list[dict[str, Any]]) -> None:
+    """A different n_codes on the two ranks had left them waiting; every rank now raises at
+    the first training forward, naming the settings that differ."""
+    for r in ranks:
+        assert "VectorQuantizer's parameters must be the same on every rank; n_codes differs" \
+            in r["mismatch_n_codes"]
+        assert "update differs" in r["mismatch_update"]

@@ -156,3 +156,33 @@ def test_partial_fit_sets_n_swaps() -> None:
     fitted = RBFKMeans(3, random_state=0).fit(X)
     kept = fitted.n_swaps_
     assert fitted.partial_fit(X[:5]).n_swaps_ == kept  # the fit's swaps stay on record
+
+
+def test_parameter_keys_compare_values_not_their_spelling() -> None:
+    """The ranks compare their settings by these keys: equal values of other types agree, and
+    what differs in a value (an array entry past repr's abbreviation, a partial's argument, a
+    closed-over number, a function's code) disagrees."""
+    import functools
+
+    import torch
+
+    from rbfkmeans._parameters import _value_key
+
+    assert _value_key(3) == _value_key(np.int64(3))
+    assert _value_key(1e-4) == _value_key(np.float64(1e-4))
+    assert _value_key([[0, 1], [2, 3]]) == _value_key(np.array([[0.0, 1.0], [2.0, 3.0]]))
+    assert _value_key(torch.arange(4.0)) == _value_key(np.arange(4.0))
+    a, b = torch.zeros(40, 30), torch.zeros(40, 30)
+    b[17, 3] = 1e-6
+    assert repr(a) == repr(b)  # what the ranks had compared
+    assert _value_key(a) != _value_key(b)
+    sgd = torch.optim.SGD
+    assert _value_key(functools.partial(sgd, lr=0.1)) == _value_key(functools.partial(sgd, lr=0.1))
+    assert _value_key(functools.partial(sgd, lr=0.1)) != _value_key(functools.partial(sgd, lr=0.2))
+
+    def factory(lr: float) -> object:
+        return lambda params: sgd(params, lr=lr)
+
+    assert _value_key(factory(0.1)) == _value_key(factory(0.1))
+    assert _value_key(factory(0.1)) != _value_key(factory(0.2))
+    assert _value_key(lambda p: sgd(p, lr=0.1)) != _value_key(lambda p: sgd(p, lr=0.2))

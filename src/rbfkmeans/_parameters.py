@@ -8,6 +8,7 @@ the ranks agree on the outcome before any collective runs.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import zlib
@@ -25,9 +26,22 @@ from .comm import Comm
 from .metrics import METRICS
 
 __all__ = [
-    "PARAMETERS", "SCHEDULES", "Shards", "agree_on_shards", "as_float32_if_half",
-    "check_fits_float32", "check_sample_weight", "device_available", "is_int", "is_real",
-    "parameters_key", "raise_on_every_rank", "restored_on_failure", "torch_dtype",
+    "PARAMETERS",
+    "SCHEDULES",
+    "Shards",
+    "agree_on_parameters",
+    "agree_on_shards",
+    "as_float32_if_half",
+    "check_fits_float32",
+    "check_sample_weight",
+    "device_available",
+    "differing_parameters",
+    "is_int",
+    "is_real",
+    "parameters_key",
+    "raise_on_every_rank",
+    "restored_on_failure",
+    "torch_dtype",
 ]
 
 
@@ -168,23 +182,72 @@ class Shards(NamedTuple):
 
 
 def parameters_key(params: dict[str, Any]) -> int:
-    """A number that equal parameters give on every process (arrays by their bytes, callables
-    by their qualified names), to compare the ranks' settings."""
-    parts = []
-    for name in sorted(params):
-        value = params[name]
-        if isinstance(value, np.ndarray):
-            text = f"{value.dtype}{value.shape}{zlib.crc32(value.tobytes())}"
-        elif callable(value):
-            text = f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}"
-        else:
-            text = repr(value)
-        parts.append(f"{name}={text}")
-    return zlib.crc32(";".join(parts).encode())
+    """A number that equal parameters give on every process, to compare the ranks' settings
+    (each value by :func:`_value_key`)."""
+    return zlib.crc32(";".join(f"{name}={_value_key(params[name])}"
+                               for name in sorted(params)).encode())
+
+
+def _value_key(value: Any) -> str:
+    """Text that equal values give on every process: numbers by their value (``3`` and
+    ``np.int64(3)`` alike), arrays, tensors and lists of numbers by the bytes of their float64
+    values and their shape, functions by their qualified name, code and the values they close
+    over, ``functools.partial`` by its function and arguments, anything else by ``repr``."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    if isinstance(value, list | tuple | np.ndarray) and not isinstance(value, str):
+        try:
+            arr = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            return repr(value)
+        return f"array{arr.shape}:{zlib.crc32(np.ascontiguousarray(arr).tobytes())}"
+    if isinstance(value, functools.partial):
+        return (f"partial({_value_key(value.func)}, {[_value_key(a) for a in value.args]}, "
+                f"{ {k: _value_key(v) for k, v in sorted(value.keywords.items())} })")
+    if callable(value):
+        name = f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}"
+        code = getattr(value, "__code__", None)
+        if code is None:
+            return name
+        cells = [_value_key(c.cell_contents) for c in (getattr(value, "__closure__", None) or ())]
+        return f"{name}:{_code_key(code)}:{cells}"
+    return repr(value)
+
+
+def _code_key(code: Any) -> int:
+    """A function's code: its bytecode and constants (nested code by its own key; a code
+    object's ``repr`` holds a memory address)."""
+    consts = [_code_key(c) if hasattr(c, "co_code") else repr(c) for c in code.co_consts]
+    return zlib.crc32(code.co_code + repr(consts).encode())
+
+
+def differing_parameters(comm: Comm, params: dict[str, Any]) -> list[str]:
+    """The names of the parameters whose values (:func:`_value_key`) differ between the ranks;
+    a collective every rank calls with the same names."""
+    names = sorted(params)
+    keys = torch.tensor([[float(zlib.crc32(_value_key(params[n]).encode())) for n in names]],
+                        dtype=torch.float64)  # (1, p): crc32 < 2^32 is exact in float64
+    table = comm.all_gather(keys)  # (ranks, p)
+    return [n for j, n in enumerate(names) if len(set(table[:, j].tolist())) > 1]
+
+
+def agree_on_parameters(comm: Comm, params: dict[str, Any], what: str) -> None:
+    """Raise the same ``ValueError`` on every rank where ``params`` differ between them, naming
+    the parameters (``what``: whose, e.g. ``"fit_batches'"``); nothing in one process."""
+    if not comm.active:
+        return
+    differ = differing_parameters(comm, params)
+    if differ:
+        raise ValueError(f"{what} parameters must be the same on every rank; "
+                         f"{', '.join(differ)} differ{'s' if len(differ) == 1 else ''} "
+                         f"(here: {', '.join(f'{n}={params[n]!r}' for n in differ)})")
 
 
 def agree_on_shards(comm: Comm, error: Exception | None, X: Any, *, weighted: bool = False,
-                    float64: bool = False, key: int = 0, weight: float = 0.0) -> Shards:
+                    float64: bool = False, key: int = 0, weight: float = 0.0,
+                    params: dict[str, Any] | None = None) -> Shards:
     """What every rank needs to know of the others' shards, after each validated its own.
 
     Under ``torch.distributed`` a shard rejected on one rank (NaN, wrong shape, sparse rows...)
@@ -192,7 +255,8 @@ def agree_on_shards(comm: Comm, error: Exception | None, X: Any, *, weighted: bo
     feature counts and differing parameters (``key``: :func:`parameters_key`), and sample
     weights that are all zero on every rank (a shard may hold no rows, or weigh nothing, when
     the others do). ``weighted``, ``float64`` and ``weight`` are this rank's: whether it has
-    sample weights, a float64 shard, and its rows' total weight.
+    sample weights, a float64 shard, and its rows' total weight; ``params`` the parameters
+    ``key`` was taken of (the error then names those that differ).
     """
     n, d = (0, 0) if error is not None else (int(X.shape[0]), int(X.shape[1]))
     if not comm.active:
@@ -209,6 +273,8 @@ def agree_on_shards(comm: Comm, error: Exception | None, X: Any, *, weighted: bo
             f"X must have the same number of features on every rank; got {widths} (by rank)"
         )
     if len(set(table[:, 5].tolist())) > 1:
+        if params is not None:
+            agree_on_parameters(comm, params, "the estimator's")
         raise ValueError("the estimator's parameters must be the same on every rank; they "
                          "differ (compare get_params() on each rank)")
     if bool(table[:, 3].any()) and not float(table[:, 6].sum()) > 0:

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ._parameters import agree_on_parameters
 from ._validation import check_tensor
 from .assignments import get_assignment
 from .comm import Comm
@@ -156,7 +157,15 @@ class CodebookUpdates:
 
     @torch.no_grad()
     def _initialize(self: Any, X: Tensor, comm: Comm) -> None:
-        """Seed the codebook once ``k`` rows have arrived (over all ranks)."""
+        """Seed the codebook once ``k`` rows have arrived (over all ranks). Under
+        ``torch.distributed`` the ranks' settings are compared first (every rank raises naming
+        those that differ: a different ``n_codes`` or ``dim`` had left the ranks waiting, a hard
+        update beside a soft one aborted gloo)."""
+        agree_on_parameters(comm, {
+            "n_codes": self.n_codes, "dim": self.dim, "update": self.update,
+            "assignment": self.assignment, "temperature": self.temperature,
+            "metric": self.metric, "init": self.init, "decay": self.decay,
+            "dead_code_steps": self.dead_code_steps}, "VectorQuantizer's")
         self._pending.append(X.clone())
         if comm.sum_scalars(sum(int(x.shape[0]) for x in self._pending))[0] < self.n_codes:
             return

@@ -300,12 +300,12 @@ class RBFKMeans(
         self.dtype = dtype
         self.verbose = verbose
 
-    def _shared_parameters_key(self) -> int:
-        """:func:`~rbfkmeans._parameters.parameters_key` of the parameters every rank of a
-        distributed fit must share: all but ``random_state`` (the seeds come from rank 0),
-        ``device`` (each rank its own), ``chunk_size`` and ``verbose``."""
+    def _shared_parameters(self) -> dict[str, Any]:
+        """The parameters every rank of a distributed fit must share: all but ``random_state``
+        (the seeds come from rank 0), ``device`` (each rank its own), ``chunk_size`` and
+        ``verbose``."""
         own = {"random_state", "device", "chunk_size", "verbose"}
-        return parameters_key({k: v for k, v in self.get_params().items() if k not in own})
+        return {k: v for k, v in self.get_params().items() if k not in own}
 
     def set_params(self, **params: Any) -> RBFKMeans:
         """scikit-learn's ``set_params``, all or none: a call that raises (an unknown name)
@@ -382,10 +382,11 @@ class RBFKMeans(
             weight = float(X.shape[0]) if w is None else float(w.double().sum())
         except (ValueError, TypeError) as exc:
             error = exc
+        shared = self._shared_parameters()
         shards = agree_on_shards(comm, error, X, weighted=w is not None,
                                  float64=error is None and self._dtype_ == torch.float64,
-                                 key=self._shared_parameters_key() if comm.active else 0,
-                                 weight=weight)
+                                 key=parameters_key(shared) if comm.active else 0,
+                                 weight=weight, params=shared)
         n_total = shards.total
         if n_total < self.n_clusters:
             raise ValueError(

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from . import precompile
 from ._parameters import (
+    agree_on_parameters,
     check_sample_weight,
     is_int,
     raise_on_every_rank,
@@ -177,6 +178,9 @@ class OnlineFitMixin:
         except (ValueError, TypeError) as exc:
             error = exc
         raise_on_every_rank(comm, error, "fit_batches' arguments were")
+        # every rank fits the same model: differing settings had hung or mixed statistics
+        agree_on_parameters(comm, {**self._shared_parameters(), "n_epochs": n_epochs},
+                            "fit_batches'")
         precompile.decide(batch_size * self.n_clusters, comm)  # every rank on the same passes
         seed = torch.tensor([int(check_random_state(self.random_state).randint(2**31 - 1))])
         comm.broadcast_(seed, src=0)

@@ -34,13 +34,19 @@ def annealing_ticker(bar: Any) -> Callable[[float, int], None] | None:
     return tick
 
 
-def lloyd_ticker(bar: Any) -> Callable[[int, Tensor, Stats], None] | None:
-    """Progress of Lloyd iterations: one tick per iteration, ``J`` as the postfix."""
-    if bar is None:
+def lloyd_ticker(bar: Any, verbose: bool) -> Callable[[int, Tensor, Stats], None] | None:
+    """Progress of Lloyd iterations: one tick per iteration, ``J`` as the postfix; None unless
+    ``verbose``. Every rank of a distributed fit gets a callback when the fit is verbose, also
+    those that show no bar: a Lloyd run with a callback takes full passes (its ``J`` every
+    iteration) rather than bounded ones, and the ranks' passes must sum the same statistics
+    (rank 0's bar alone had made it take other passes than the rest: gloo aborted on the
+    sizes)."""
+    if not verbose:
         return None
 
     def tick(it: int, C: Tensor, st: Stats) -> None:
-        bar.set_postfix(J=f"{st.inertia:.6g}")
-        bar.update(1)
+        if bar is not None:
+            bar.set_postfix(J=f"{st.inertia:.6g}")
+            bar.update(1)
 
     return tick

@@ -127,13 +127,15 @@ class Refinement:
     of them. ``abs_tol`` is ``tol`` in absolute units, ``polish_tol`` the polish's (0 when
     annealed: until the labels settle), ``last_look`` whether the first search takes one,
     ``restart`` whether the run is a k-means++ restart (its start is not polished again on all
-    the rows). :meth:`run` leaves the result in ``final`` and counts the Lloyd iterations and
-    Hartigan passes in ``n_iter``, the swaps kept in ``n_swaps``. Only ``final`` holds a result
+    the rows), ``show`` whether this rank shows progress bars, ``ticks`` whether its Lloyd runs
+    take progress callbacks (every rank's where any rank is verbose; default ``show``).
+    :meth:`run` leaves the result in ``final`` and counts the Lloyd iterations and Hartigan
+    passes in ``n_iter``, the swaps kept in ``n_swaps``. Only ``final`` holds a result
     (each holds its distance bounds), so the previous one is freed as soon as it is replaced."""
 
     def __init__(self, est: RBFKMeans, data: Data, search: Data, final: LloydResult, *,
                  generator: torch.Generator, seed: int, abs_tol: float, polish_tol: float,
-                 last_look: bool, restart: bool, show: bool) -> None:
+                 last_look: bool, restart: bool, show: bool, ticks: bool | None = None) -> None:
         _check_run(est, data)
         _check_run(est, search, "search")
         if not isinstance(final, LloydResult):
@@ -143,6 +145,7 @@ class Refinement:
         self.final: LloydResult | SwapResult = final
         self.gen, self.seed, self.abs_tol, self.polish_tol = generator, seed, abs_tol, polish_tol
         self.last_look, self.restart, self.show = last_look, restart, show
+        self.ticks = show if ticks is None else ticks  # Lloyd's callbacks (progress.lloyd_ticker)
         self.n_total = sum(data.comm.counts(data.n))  # all ranks' rows: every rank decides alike
         self.n_iter, self.n_swaps = 0, 0
         self.k = est.n_clusters
@@ -159,7 +162,7 @@ class Refinement:
             on_search = self.final.inertia  # the result is a Lloyd fixed point of all the rows
             bar = progress.bar(self.show, self.est.max_iter, "hard polish (all rows)")
             self.final = lloyd(self.data, self.final.C, max_iter=self.est.max_iter, tol=0.0,
-                               callback=progress.lloyd_ticker(bar))
+                               callback=progress.lloyd_ticker(bar, self.ticks))
             if bar is not None:
                 bar.close()
             self.n_iter += self.final.n_iter

@@ -168,7 +168,10 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
     ladder: list[float] = []
     history: list[dict[str, Any]] = []
     n_soft_iter = 0
-    show = bool(est.verbose) and data.comm.rank == 0
+    show = bool(est.verbose) and data.comm.rank == 0  # the bars: rank 0's
+    # Lloyd's progress callbacks on every rank where any rank is verbose (``verbose`` may be
+    # set on rank 0 alone): they decide which passes a Lloyd run takes (progress.lloyd_ticker)
+    ticks = data.comm.sum_scalars(float(bool(est.verbose)))[0] > 0
     searched = restart or splits  # on search rows, a last look
     sample: tuple[float, float] | None = None  # the annealing's subsample: weight, J
     if not hard_only and not restart:
@@ -207,7 +210,7 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
     else:
         bar = progress.bar(show, est.max_iter, "lloyd" if hard_only else "hard polish")
         hard = lloyd(search, C, max_iter=est.max_iter, tol=polish_tol,
-                     callback=progress.lloyd_ticker(bar))
+                     callback=progress.lloyd_ticker(bar, ticks))
         if bar is not None:
             bar.close()
         n_hard_iter += hard.n_iter
@@ -223,7 +226,7 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
                 C, hard = rival.C, rival
     refinement = Refinement(est, data, search, hard, generator=gen, seed=seed, abs_tol=abs_tol,
                             polish_tol=polish_tol, last_look=searched, restart=restart,
-                            show=show)
+                            show=show, ticks=ticks)
     del hard, raced  # results hold bounds (kernels.KEPT_LOWER_BOUNDS): keep only final's
     final = refinement.run(C)
     n_hard_iter += refinement.n_iter
