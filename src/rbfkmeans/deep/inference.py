@@ -117,6 +117,7 @@ class InferenceMixin:
 
     def predict_proba(self: Any, X: Any) -> np.ndarray:
         """Memberships ``R`` (n, k) at the last temperature of the fit (``ValueError`` for an ``X``
-    of 0 rows, or of another width than the encoder's)."""
+    of 0 rows, or of another width than the encoder's). A fit with ``epochs=0`` ran no
+    temperature: the layer is hard (``T = 0``) and the rows one-hot at the nearest centroid."""
         self._check_fitted()
         return self._memberships(self._embed_all(self._as_tensor(X))).cpu().numpy()
