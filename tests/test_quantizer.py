@@ -796,6 +796,29 @@ def _ddp_model() -> nn.Module:
                                          dtype=F64))
 
 
+def _ddp_scenario(rank: int) -> dict[str, Any]:
+    """Four DDP steps of a linear layer and a quantizer from different starts on the ranks.
+
+    A function of its own: the last step's graph (``out``, ``loss``) holds hooks of DDP's
+    reducer, and a reducer destroyed after its process group (at the worker's exit) can abort
+    the process; here everything of DDP dies when the function returns."""
+    torch.manual_seed(100 + rank)  # different starts until DDP broadcasts rank 0's
+    model = _ddp_model()
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(rank)
+    for _ in range(4):
+        x = torch.randn(10, 3, generator=g, dtype=F64) * (1 + rank)
+        out = ddp(x)
+        loss = out[2] + out[0].square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    vq = model[1]
+    return {"codebook": vq.codebook.detach().clone(), "initialized": bool(vq.initialized),
+            "unused_steps": vq.unused_steps.clone()}
+
+
 def _worker(rank: int, port: int, out_dir: str) -> None:
     from rbfkmeans.distributed import process_group
 
@@ -807,27 +830,6 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         results["kmeans"] = _kmeans_trace(_kmeans_quantizer(),
                                           [X[part] for X in _global_batches()])
         results["revive"] = _revive_duplicates(_duplicated_batch()[1][part]).codebook.clone()
-        torch.manual_seed(100 + rank)  # different starts until DDP broadcasts rank 0's
-        model = _ddp_model()
-        ddp = nn.parallel.DistributedDataParallel(model)
-        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-        g = torch.Generator().manual_seed(rank)
-        for _ in range(4):
-            x = torch.randn(10, 3, generator=g, dtype=F64) * (1 + rank)
-            out = ddp(x)
-            loss = out[2] + out[0].square().mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        vq = model[1]
-        results["ddp"] = {"codebook": vq.codebook.detach().clone(),
-                          "initialized": bool(vq.initialized),
-                          "unused_steps": vq.unused_steps.clone()}
-        # DDP's reducer must go before its process group: destroyed after it, at interpreter
-        # exit, it can abort the worker ("terminate called without an active exception")
-        del ddp, opt
-        gc.collect()  # the reducer may sit in a reference cycle
-        torch.distributed.barrier()
         for name, kw in (("n_codes", {"n_codes": 4 + rank}),
                          ("update", {"n_codes": 4, "update": ("kmeans", "objective")[rank]})):
             try:  # settings that differ between the ranks: named on every rank
@@ -835,6 +837,9 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
                 results[f"mismatch_{name}"] = "ok"
             except ValueError as exc:
                 results[f"mismatch_{name}"] = str(exc)
+        results["ddp"] = _ddp_scenario(rank)
+        gc.collect()  # DDP's reducer may sit in a reference cycle: gone before the group
+        torch.distributed.barrier()
     save_rank(out_dir, rank, results)
 
 
