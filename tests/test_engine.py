@@ -10,6 +10,7 @@ simplex).
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from scipy.special import xlogy
 
 from rbfkmeans import assignments as A
 from rbfkmeans.annealing import SoftLloydStep, anneal, rebalance_duplicates, soft_lloyd
-from rbfkmeans.comm import Comm
+from rbfkmeans.comm import Comm, raise_if_rejected
 from rbfkmeans.costs import swap_costs
 from rbfkmeans.lloyd import lloyd
 from rbfkmeans.passes import Data, cluster_stats, nearest
@@ -150,6 +151,18 @@ def test_comm_is_local_unless_asked() -> None:
         Comm(active=True)
     with pytest.raises(TypeError, match="active must be a bool; got int 1"):
         Comm(active=1)  # type: ignore[arg-type]
+
+
+def test_a_rejection_stops_every_rank_naming_where_it_happened() -> None:
+    """The rank that rejected its input raises its own error; the others name the ranks."""
+    own = TypeError("X must be an array; got str")
+    with pytest.raises(TypeError) as info:
+        raise_if_rejected([0.0, 1.0], own, "X was")
+    assert info.value is own
+    with pytest.raises(ValueError, match=re.escape(
+            "X was rejected on rank(s) [1, 3] (see the error there); no rank fits")):
+        raise_if_rejected([0.0, 1.0, 0.0, 2.0], None, "X was", "; no rank fits")
+    raise_if_rejected([0.0, 0.0], None, "X was")  # nothing rejected: every rank goes on
 
 
 @pytest.mark.parametrize("chunk_size", [None, 7])

@@ -22,7 +22,7 @@ import torch
 
 from ._validation import largest_magnitude, tensor_of
 from .assignments import ASSIGNMENTS
-from .comm import Comm
+from .comm import Comm, raise_if_rejected
 from .metrics import METRICS
 
 __all__ = [
@@ -266,7 +266,7 @@ def agree_on_shards(comm: Comm, error: Exception | None, X: Any, *, weighted: bo
     table = comm.all_gather(torch.tensor(
         [[float(error is not None), n, d, float(weighted), float(float64), key, weight]],
         dtype=torch.float64))  # (ranks, 7); the key (< 2^32) is exact in float64
-    _raise_if_rejected(table[:, 0], error, "X was")
+    raise_if_rejected(table[:, 0].tolist(), error, "X was", "; no rank fits")
     widths = [int(v) for v in table[:, 2].tolist()]
     if len(set(widths)) > 1:
         raise ValueError(
@@ -293,18 +293,7 @@ def raise_on_every_rank(comm: Comm, error: Exception | None, what: str) -> None:
             raise error
         return
     flags = comm.all_gather(torch.tensor([[float(error is not None)]], dtype=torch.float64))
-    _raise_if_rejected(flags[:, 0], error, what)
-
-
-def _raise_if_rejected(flags: torch.Tensor, error: Exception | None, what: str) -> None:
-    """``error`` on the rank that had it; on the others, where a rank's ``flags`` entry is set,
-    a ``ValueError`` saying that ``what`` (``"X was"``) rejected there."""
-    if error is not None:
-        raise error
-    failed = [r for r, flag in enumerate(flags.tolist()) if flag > 0]
-    if failed:
-        raise ValueError(f"{what} rejected on rank(s) {failed} (see the error there); no rank "
-                         "fits")
+    raise_if_rejected(flags[:, 0].tolist(), error, what, "; no rank fits")
 
 
 def check_fits_float32(X: Any) -> None:

@@ -15,6 +15,7 @@ one; only the estimator (and the mini-batch driver) detect an initialised defaul
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Iterable
 
 import torch
 from torch import Tensor
@@ -103,3 +104,19 @@ class Comm:
             return [n_local]
         t = torch.tensor([n_local], dtype=torch.int64)
         return [int(v) for v in self.all_gather(t).tolist()]
+
+
+def raise_if_rejected(flags: Iterable[float], error: Exception | None, what: str,
+                      then: str = "") -> None:
+    """Stop every rank together once the ranks gathered whether each rejected its own input.
+
+    ``flags`` holds one entry per rank (non-zero: that rank's input was rejected). This rank's
+    ``error`` is raised here; on the other ranks, where any flag is set, a ``ValueError`` says
+    that ``what`` (e.g. ``"X was"``) was rejected there, followed by ``then``: no rank is left
+    waiting in a collective for one that stopped.
+    """
+    if error is not None:
+        raise error
+    failed = [r for r, flag in enumerate(flags) if flag]
+    if failed:
+        raise ValueError(f"{what} rejected on rank(s) {failed} (see the error there){then}")

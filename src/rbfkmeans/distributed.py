@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from .comm import LOCAL_ONLY
+from .comm import LOCAL_ONLY, raise_if_rejected
 
 __all__ = [
     "broadcast_module",
@@ -372,11 +372,7 @@ def _agree(error: Exception | None, what: str, key: str, detail: str,
     table = [torch.zeros_like(mine) for _ in range(world_size())]
     dist.all_gather(table, mine)
     rows = [[int(v) for v in row.tolist()] for row in table]  # (ranks, 3)
-    if error is not None:
-        raise error
-    failed = [r for r, row in enumerate(rows) if row[1]]
-    if failed:
-        raise ValueError(f"{what} was rejected on rank(s) {failed} (see the error there)")
+    raise_if_rejected([row[1] for row in rows], error, f"{what} was")
     if all(row[2] == digest for row in rows):
         return [row[0] for row in rows], None
     details: list[Any] = [None] * world_size()

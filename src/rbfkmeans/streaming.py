@@ -41,7 +41,7 @@ from ._validation import (
     compute_dtype,
 )
 from .assignments import Assignment, get_assignment
-from .comm import Comm
+from .comm import Comm, raise_if_rejected
 from .frame import Frame
 from .metrics import check_metric, get_metric
 from .passes import Data, check_data, cluster_stats
@@ -297,11 +297,7 @@ def agree_on_batch(
             raise error
         return int(live), int(row[2]), bool(row[3])
     table = comm.all_gather(torch.tensor([row], dtype=torch.float64))  # (ranks, 4)
-    if error is not None:
-        raise error
-    failed = [r for r in range(comm.world_size) if table[r, 0] > 0]
-    if failed:
-        raise ValueError(f"a batch was rejected on rank(s) {failed} (see the error there)")
+    raise_if_rejected(table[:, 0].tolist(), error, "a batch was")
     widths = sorted({int(v) for v in table[:, 2].tolist() if v >= 0})
     if len(widths) > 1:
         raise ValueError(f"batches must have the same number of features on every rank; got "
