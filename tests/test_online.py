@@ -4,7 +4,8 @@ The reference is an explicit SGD loop written here, one point at a time, with au
 per-point loss (``w min_j ||x - c_j||^2`` hard, ``-2T w logsumexp(-d/2T)`` softmax, and for
 entmax-1.5 ``w sum_j r_j d_j`` with ``r`` from the ``entmax`` package held fixed: by the envelope
 theorem its gradient is that of the Tsallis relaxation) and the per-cluster step
-``eta_j = 1/(2 n_j)``, with the running count ``n_j <- n_j + w r_j`` updated first.
+``eta_j = 1/(2 n_j)``, with the running count ``n_j <- n_j + w r_j`` updated first; a fresh
+model's counts start at one (each start seen once).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def test_partial_fit_is_sgd_with_eta_one_over_two_n(assignment, T, weighted) -> 
     est = RBFKMeans(3, assignment=assignment, temperature=T, init=C0, random_state=0)
     for s in (slice(0, 25), slice(25, 60)):
         est.partial_fit(X[s], sample_weight=None if w is None else w[s])
-    C_ref, _ = sgd_reference(X, C0, T or 0.0, assignment, w)
+    C_ref, _ = sgd_reference(X, C0, T or 0.0, assignment, w, counts=np.ones(3))
     np.testing.assert_allclose(est.cluster_centers_, C_ref, atol=1e-12, rtol=0)
     assert est.n_iter_ == 2
     # labels_ and inertia_ describe the last batch at the new centroids
@@ -77,16 +78,46 @@ def test_partial_fit_is_sgd_with_eta_one_over_two_n(assignment, T, weighted) -> 
 
 
 def test_macqueen_is_a_running_mean() -> None:
-    """Hard MacQueen with counts from zero: each centroid is the mean of the points it took."""
+    """Hard MacQueen from a fresh start: each centroid is the mean of its start and the points
+    it took."""
     X = data()
-    C0 = X[[0, 1, 2]].copy()
+    C0 = X[[0, 1, 2]].copy() + 0.25
     est = RBFKMeans(3, assignment="hard", init=C0).partial_fit(X)
-    C, taken = C0.copy(), [[] for _ in range(3)]
+    C, taken = C0.copy(), [[c] for c in C0]
     for x in X:
         j = int(((C - x) ** 2).sum(1).argmin())
         taken[j].append(x)
         C[j] = np.mean(taken[j], axis=0)
     np.testing.assert_allclose(est.cluster_centers_, C, atol=1e-12)
+
+
+@pytest.mark.parametrize(("assignment", "T"),
+                         [("softmax", 1.0), ("softmax", 0.05), ("entmax15", 1.0)])
+def test_a_soft_start_is_not_lost_to_the_first_point(assignment: str, T: float) -> None:
+    """From counts of zero the first point's step ``w r_j / n_j`` was 1 for every centroid with
+    ``r_j > 0``: all of them moved onto it, three of four centres coincided on four separated
+    rows (at T = 1: memberships of 5e-22 sufficed) and the fit ended with merged centres. Each
+    start now counts as one row: the soft rule is the hard one's limit as T falls."""
+    C0 = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0], [10.0, 10.0]])
+    X = C0 + 0.1 * np.array([[1.0, 1.0], [-1.0, 1.0], [1.0, -1.0], [-1.0, -1.0]])
+    est = RBFKMeans(4, assignment=assignment, temperature=T, init=C0).partial_fit(X)
+    C_ref, _ = sgd_reference(X, C0, T, assignment, counts=np.ones(4))
+    np.testing.assert_allclose(est.cluster_centers_, C_ref, atol=1e-12, rtol=0)
+    np.testing.assert_allclose(est.cluster_centers_, (C0 + X) / 2, atol=1e-9)  # start and row
+    hard = RBFKMeans(4, assignment="hard", init=C0).partial_fit(X)
+    np.testing.assert_allclose(est.cluster_centers_, hard.cluster_centers_, atol=1e-9)
+
+
+def test_soft_partial_fit_on_blobs_ends_at_the_hard_result_as_t_falls() -> None:
+    """Four blobs, k-means++ starts: the soft fits had ended with two equal centres and J 57%
+    above the hard fit's; now they approach it as T falls (no centres merged)."""
+    X, _ = make_blobs(1000, n_features=2, centers=4, random_state=0)
+    hard = RBFKMeans(4, assignment="hard", random_state=0).partial_fit(X)
+    J_hard = -hard.score(X)
+    for T in (0.5, 0.05, 0.005):
+        soft = RBFKMeans(4, assignment="softmax", temperature=T, random_state=0).partial_fit(X)
+        assert len(np.unique(soft.cluster_centers_.round(6), axis=0)) == 4
+        assert -soft.score(X) < 1.01 * J_hard
 
 
 def test_integer_weights_equal_repeated_points_online() -> None:

@@ -6,12 +6,14 @@ The reference is ``sklearn.cluster.KMeans(algorithm="lloyd")`` run from the same
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
 import pytest
 import torch
 from sklearn.cluster import KMeans
+from sklearn.datasets import make_blobs
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
@@ -147,6 +149,66 @@ def test_fit_batches_reads_a_dataframe_as_rows() -> None:
     np.testing.assert_array_equal(got.labels_, want.labels_)
     with pytest.raises(ValueError, match=r"batches must be .* 2-D array; got an array of shape"):
         RBFKMeans(3).fit_batches(pd.Series(X[:, 0]))
+
+
+def test_fit_batches_of_a_dataframe_keeps_its_column_names() -> None:
+    """The DataFrame had been read as its values: ``feature_names_in_`` was missing (``fit`` and
+    ``partial_fit`` of the same frame set it) and ``predict(df)`` warned that the model was
+    fitted without feature names."""
+    pd = pytest.importorskip("pandas")
+    X = np.random.default_rng(6).normal(size=(300, 3))
+    df = pd.DataFrame(X, columns=list("abc"))
+    est = RBFKMeans(3, random_state=0).fit_batches(df, batch_size=50)
+    assert list(est.feature_names_in_) == ["a", "b", "c"]
+    assert list(RBFKMeans(3, random_state=0).fit(df).feature_names_in_) == ["a", "b", "c"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(est.predict(df), est.labels_)
+    with pytest.raises(ValueError, match="feature names"):
+        est.predict(df.rename(columns={"a": "z"}))
+
+
+def test_a_stream_shorter_than_the_seeding_rows_seeds_in_its_first_epoch() -> None:
+    """A stream of fewer than 3k rows is seeded on its whole first epoch; a second epoch then
+    steps batch by batch. The rows kept for seeding had carried into the second epoch (seeded
+    on 15 rows of a 10-row stream) and ``inertia_`` summed 20 rows' J for a 10-row epoch.
+    Reference: the mini-batch rule of the second epoch in NumPy from the first epoch's state."""
+    X, _ = make_blobs(10, n_features=2, centers=4, random_state=0)
+    batches = [X[:5], X[5:]]
+    one = RBFKMeans(4, random_state=0).fit_batches(batches)
+    two = RBFKMeans(4, random_state=0).fit_batches(batches, n_epochs=2)
+    assert (one.n_iter_, two.n_iter_) == (1, 3)
+    C, n = one.cluster_centers_.copy(), one._online_counts.astype(np.float64).copy()
+    J = 0.0
+    for B in batches:
+        d = ((B[:, None, :] - C[None]) ** 2).sum(-1)  # (b, k)
+        labels = d.argmin(1)
+        J += float(d.min(1).sum())
+        N = np.bincount(labels, minlength=4).astype(np.float64)
+        S = np.zeros_like(C)
+        np.add.at(S, labels, B)
+        n += N
+        moved = N > 0
+        C[moved] += (S[moved] - N[moved, None] * C[moved]) / n[moved, None]
+    np.testing.assert_allclose(two.cluster_centers_, C, rtol=0, atol=1e-9)
+    assert two.inertia_ == pytest.approx(J, rel=1e-9)
+
+
+def test_fit_batches_skips_batches_of_no_rows_and_names_rows_given_as_a_list() -> None:
+    """A batch of no rows (``numpy.array_split``'s last parts) had stopped the fit with
+    scikit-learn's 'Found array with 0 sample(s)'; it changes nothing now. A batch given as a
+    list of 1-D rows had been read as ``(x, y)``: one row, 'Expected 2D array'."""
+    X, _ = make_blobs(300, n_features=3, centers=4, random_state=0)
+    want = RBFKMeans(4, random_state=0).fit_batches([X[:100], X[100:]])
+    got = RBFKMeans(4, random_state=0).fit_batches([X[:100], X[:0], X[100:], X[:0]])
+    np.testing.assert_array_equal(got.cluster_centers_, want.cluster_centers_)
+    np.testing.assert_array_equal(got.labels_, want.labels_)
+    assert got.n_iter_ == want.n_iter_
+    with pytest.raises(TypeError, match=re.escape(
+            "got a first element of shape (3,): pass each batch as one 2-D array")):
+        RBFKMeans(4).fit_batches([[X[i] for i in range(300)]])
+    with pytest.raises(ValueError, match="batches yielded no data"):
+        RBFKMeans(4).fit_batches([X[:0], X[:0]])
 
 
 def test_partial_fit_sets_n_swaps() -> None:

@@ -63,11 +63,14 @@ class OnlineFitMixin:
         the SGD step on ``J`` (or ``F_T``) for that point with ``eta_j = 1/(2 n_j)``
         (:func:`rbfkmeans.streaming.macqueen_updates`). The points of a batch are processed in
         order. The first call initialises the centroids on its batch (which needs at least
-        ``n_clusters`` rows) from ``init``, k-means++ for ``"auto"`` and ``"mean"``; after
-        :meth:`fit` the counts start at the fitted cluster sizes. ``labels_`` and ``inertia_``
-        describe the last batch at the new centroids. The rule is sequential, point after
-        point: under ``torch.distributed`` each process updates its own model from its own rows
-        (no collective); :meth:`fit_batches` is the stream that the ranks share.
+        ``n_clusters`` rows) from ``init``, k-means++ for ``"auto"`` and ``"mean"``, each start
+        counting as one row of weight 1 (``n_j = 1``: MacQueen's start, the first means each
+        seen once). From counts of zero a soft update would move every centroid onto the first
+        point, however small its membership there (``w r_j / n_j = 1``), and the start would be
+        lost. After :meth:`fit` the counts start at the fitted cluster sizes. ``labels_`` and
+        ``inertia_`` describe the last batch at the new centroids. The rule is sequential, point
+        after point: under ``torch.distributed`` each process updates its own model from its own
+        rows (no collective); :meth:`fit_batches` is the stream that the ranks share.
         """
         with restored_on_failure(self):
             return self._partial_fit(X, sample_weight)
@@ -109,7 +112,8 @@ class OnlineFitMixin:
                 init = "k-means++"
             C = initial_centers(data, self.n_clusters, frame.init(init),
                                 generator=torch.Generator().manual_seed(seed), seed=seed)
-            counts = torch.zeros(self.n_clusters, dtype=Xt.dtype, device=Xt.device)
+            # each start seen once (docstring): a soft step from n_j = 0 takes c_j onto x
+            counts = torch.ones(self.n_clusters, dtype=Xt.dtype, device=Xt.device)
             self.n_iter_ = 0
             self._set_online(T)
         else:
@@ -150,7 +154,8 @@ class OnlineFitMixin:
         ``c_j <- c_j + (S^B_j - N^B_j c_j) / n_j`` with running counts ``n_j``, the gradient
         step on the batch objective with ``eta_j = 1/(2 n_j)``. Memberships are hard unless
         ``temperature`` is set. The first batches (at least ``3 n_clusters`` rows of positive
-        weight) are seeded by k-means++ and take one step together; rows of weight 0 change
+        weight) are seeded by k-means++ and take one step together (a whole stream of fewer
+        rows, at the end of its first epoch); rows of weight 0 and batches of no rows change
         nothing. ``n_epochs > 1`` needs a source that can be iterated again.
 
         Under ``torch.distributed`` every rank passes its own batches (e.g. a ``DataLoader`` with
@@ -198,7 +203,7 @@ class OnlineFitMixin:
             fit.new_epoch()
             for Xb, wb in self._agreed_batches(stream, comm):
                 fit.feed(Xb, wb)
-        fit.finish()
+            fit.finish()  # a stream of fewer than 3k rows: seeded on the whole first epoch
         if fit.C is None or fit.counts is None:
             raise ValueError("batches yielded no data")
         if not (math.isfinite(fit.inertia) and bool(torch.isfinite(fit.C).all())):
@@ -217,9 +222,10 @@ class OnlineFitMixin:
         self.__dict__.pop("labels_", None)
         if not one_shot:
             n = int(batches.shape[0]) if is_array else 0
-            items = (batches[s] for s in _row_blocks(n, batch_size)) if is_array \
+            items = (_rows(batches, s) for s in _row_blocks(n, batch_size)) if is_array \
                 else (batch_data(b) for b in batches)
-            labels = [self.predict(b) for b in items]
+            labels = [np.empty(0, dtype=np.int64) if _no_rows(b) else self.predict(b)
+                      for b in items]
             self.labels_ = np.concatenate(labels) if labels else np.empty(0, dtype=np.int64)
         return self
 
@@ -237,7 +243,8 @@ class OnlineFitMixin:
         if isinstance(batches, Tensor) and batches.layout != torch.strided:
             raise TypeError(f"batches must be dense when a tensor; got a torch tensor of layout "
                             f"{batches.layout} (pass a scipy.sparse CSR matrix for sparse rows)")
-        is_array = isinstance(batches, np.ndarray | Tensor) or scipy.sparse.issparse(batches)
+        is_array = isinstance(batches, np.ndarray | Tensor) or scipy.sparse.issparse(batches) \
+            or _is_frame(batches)
         if is_array and batches.ndim != 2:
             raise ValueError("batches must be an iterable of (b, d) chunks or a 2-D array; got "
                              f"an array of shape {tuple(batches.shape)}")
@@ -264,6 +271,8 @@ class OnlineFitMixin:
         width = -1
         while True:
             item = next(stream, None)
+            if item is not None and _no_rows(item[0]):
+                continue  # a batch of no rows (numpy.array_split's last parts) adds nothing
             error: Exception | None = None
             Xb_np: np.ndarray | None = None
             if item is not None:
@@ -298,8 +307,29 @@ def _array_source(batches: Any) -> Any:
         return batches.tocsr() if batches.ndim == 2 else batches
     table = callable(getattr(batches, "to_numpy", None)) and hasattr(batches, "ndim")
     if table and not isinstance(batches, np.ndarray | Tensor):
+        if _is_frame(batches):  # kept: its blocks carry the column names to the checks
+            return batches
         return batches.to_numpy()
     return batches
+
+
+def _is_frame(batches: Any) -> bool:
+    """A 2-D table with positional row slicing (a pandas DataFrame)."""
+    return getattr(batches, "ndim", None) == 2 and hasattr(batches, "iloc") \
+        and hasattr(batches, "columns")
+
+
+def _no_rows(item: Any) -> bool:
+    """Whether a batch source's item is a 2-D batch of no rows (as it is or as ``(x, y)``)."""
+    if isinstance(item, tuple | list) and item and isinstance(item[0], np.ndarray | Tensor):
+        item = item[0]
+    shape = getattr(item, "shape", None)
+    return shape is not None and len(shape) == 2 and int(shape[0]) == 0
+
+
+def _rows(X: Any, s: slice) -> Any:
+    """The rows ``s`` of an array source (by position in a DataFrame)."""
+    return X.iloc[s] if _is_frame(X) else X[s]
 
 
 def _row_blocks(n: int, size: int) -> Iterator[slice]:

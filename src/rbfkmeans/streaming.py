@@ -256,13 +256,20 @@ def batch_data(item: Any) -> Any:
     """The data of one item of a batch source: the first element of a tuple or list whose first
     element is an array or tensor (``(x, y)`` from a ``DataLoader``), else the item itself. A
     mapping (a ``DataLoader`` of dictionaries) raises ``TypeError`` naming its keys: which of
-    them holds the rows is the caller's to say."""
+    them holds the rows is the caller's to say; so does such a tuple or list whose first element
+    is not 2-D (a list of 1-D rows had been read as one row and its targets)."""
     if isinstance(item, Mapping):
         keys = ", ".join(repr(k) for k in list(item)[:8])
         raise TypeError("batches must yield arrays or tensors (b, d), or tuples whose first "
                         f"element is one; got a {type(item).__name__} with keys {keys}: pass "
                         "the rows, e.g. (b[key] for b in loader)")
     if isinstance(item, tuple | list) and item and isinstance(item[0], np.ndarray | Tensor):
+        if item[0].ndim < 2:  # rows as 1-D arrays, or one unbatched (x, y) sample
+            raise TypeError(
+                "batches: a list or tuple whose first element is an array is read as (x, y, ...) "
+                f"with x the batch (b, d), as a DataLoader yields it; got a first element of "
+                f"shape {tuple(item[0].shape)}: pass each batch as one 2-D array (e.g. "
+                "numpy.stack of its rows)")
         return item[0]
     return item
 
@@ -271,14 +278,16 @@ def array_batches(
     X: Any, sample_weight: Any, batch_size: int, rng: np.random.RandomState
 ) -> Iterator[tuple[Any, Any]]:
     """Blocks of ``batch_size`` consecutive rows of the 2-D array ``X`` (views, never a copy of
-    ``X``; a ``numpy.memmap`` is read a block at a time), in an order shuffled by ``rng``, each
-    with its rows of ``sample_weight`` (or ``None``). ``batch_size`` is an integer ``>= 1``."""
+    ``X``; a ``numpy.memmap`` is read a block at a time; a pandas DataFrame by position, its
+    blocks DataFrames), in an order shuffled by ``rng``, each with its rows of
+    ``sample_weight`` (or ``None``). ``batch_size`` is an integer ``>= 1``."""
     batch_size = check_positive_int(batch_size, "batch_size")
     n = int(X.shape[0])
+    rows = X.iloc if hasattr(X, "iloc") else X
     starts = np.arange(0, n, batch_size)
     for start in starts[rng.permutation(len(starts))]:
         s = slice(int(start), min(int(start) + batch_size, n))
-        yield X[s], (None if sample_weight is None else sample_weight[s])
+        yield rows[s], (None if sample_weight is None else sample_weight[s])
 
 
 def agree_on_batch(

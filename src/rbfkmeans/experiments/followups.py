@@ -104,9 +104,8 @@ def online_learning(dc: DatasetContext, epochs: int, batch: int, seed: int) -> d
     C_star, C0 = dc.C_star, dc.C0
     J_star = dc.J_star
     gen = torch.Generator().manual_seed(seed)
-    # partial_fit: a first batch made of the k start points places the centroids exactly on C0
-    # (k-means++ on k points picks all of them; each then is its own cluster of one)
-    est = RBFKMeans(k, assignment="hard", random_state=seed).partial_fit(C0.numpy())
+    # partial_fit from C0: each start counts as one point (MacQueen's start), then the batches
+    est = RBFKMeans(k, assignment="hard", init=C0.numpy(), random_state=seed)
     T_sgd = 1e-9 * dc.lambda_max
     layer = KMeansLayer(C0, temperature=T_sgd, assignment="softmax")
     opt = torch.optim.SGD(layer.parameters(), lr=1.0)
