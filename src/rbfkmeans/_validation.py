@@ -38,6 +38,15 @@ def check_nonnegative(value: Any, name: str) -> float:
     return float(value)
 
 
+def check_bool(value: Any, name: str) -> bool:
+    """``value`` as a bool if it is one (a NumPy bool included), else raise ``TypeError`` naming
+    ``name``: a string such as ``"no"`` would otherwise read as true."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name} must be a bool (True or False); got {type(value).__name__} "
+                        f"{value!r}")
+    return bool(value)
+
+
 def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
     """Return ``value`` if it is an integer >= ``minimum``, else raise."""
     if isinstance(value, bool) or not isinstance(value, int | torch.SymInt):
@@ -98,6 +107,15 @@ def check_tensor(t: Any, name: str) -> torch.Tensor:
     return t
 
 
+def check_dense(t: Any, name: str) -> torch.Tensor:
+    """Raise ``TypeError`` naming ``name`` and the layout unless ``t`` is a real tensor of the
+    dense (strided) layout: the distances, mappings and codebooks take no torch sparse tensors
+    (COO, CSR, ...). Sparse rows ``X`` go to :class:`~rbfkmeans.KMeansLayer` or the estimator."""
+    if check_tensor(t, name).layout != torch.strided:
+        raise TypeError(f"{name} must be a dense (strided) tensor; got layout {t.layout}")
+    return t
+
+
 def check_matrix(t: Any, name: str, shape: str = "(n, d)") -> torch.Tensor:
     """Raise unless ``t`` is a real 2-D tensor (no copy, no NaN scan); ``shape`` names its
     axes."""
@@ -125,8 +143,8 @@ def check_real(value: Any, name: str, *, minimum: float | None = None,
         raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r}")
     v = float(value)
     if not math.isfinite(v) or (minimum is not None and v < minimum) or (positive and v <= 0):
-        rule = "> 0" if positive else (f">= {minimum:g}" if minimum is not None else "")
-        raise ValueError(f"{name} must be a finite number {rule}; got {value!r}".replace("  ", " "))
+        rule = " > 0" if positive else (f" >= {minimum:g}" if minimum is not None else "")
+        raise ValueError(f"{name} must be a finite number{rule}; got {value!r}")
     return v
 
 
@@ -170,3 +188,21 @@ def largest_magnitude(t: Any) -> float:
         return 0.0
     lo, hi = torch.aminmax(t.detach())
     return max(-float(lo), float(hi))
+
+
+def check_within_reach(x: float, c: float, d: int, dtype: torch.dtype, *, total: float = 1.0,
+                       name: str = "X", far_from: str = "the centroids",
+                       exponent: int = 0) -> None:
+    """Raise a ``ValueError`` naming ``name`` unless the squared distances between rows whose
+    entries are at most ``x`` in magnitude and centroids whose entries are at most ``c``, over
+    ``d`` features, and their sum over a total weight ``total``, are finite in ``dtype``:
+    ``d (x + c)^2 max(total, 1) < max(dtype)`` (``x + c`` bounds every ``|x_i - c_j|`` entry;
+    the expansion's terms ``||x||^2``, ``2 x.c`` and ``||c||^2`` are within the same bound).
+    ``exponent`` is that of the frame the values are in (:mod:`rbfkmeans.frame`), so that the
+    message reports the entries in the caller's units. O(1)."""
+    reach = x + c
+    if not reach * reach * d * max(total, 1.0) < torch.finfo(dtype).max:
+        raise ValueError(
+            f"{name} lies too far from {far_from} for {dtype}: its squared distances "
+            f"overflow (entries of x - c up to {math.ldexp(reach, -exponent):.3g} over "
+            f"{d} features); rescale {name}")

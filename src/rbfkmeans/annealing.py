@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._validation import check_nonnegative, check_positive_int, check_temperature
+from ._validation import check_bool, check_nonnegative, check_positive_int, check_temperature
 from .assignments import Assignment, get_assignment
 from .passes import Data, Stats, check_data, cluster_stats, nearest
 from .relocation import mean_update
@@ -170,6 +170,9 @@ def anneal(
     perturbation = _check_tol(perturbation, "perturbation")
     stop_gap = _check_tol(stop_gap, "stop_gap")
     merge_tol = _check_tol(merge_tol, "merge_tol")
+    stop_when_hard = check_bool(stop_when_hard, "stop_when_hard")
+    keep_history = check_bool(keep_history, "keep_history")
+    rebalance = check_bool(rebalance, "rebalance")
     step = step or SoftLloydStep(entry, max_iter=max_iter, tol=tol)
     C = data.check_centroids(C0, "C0").clone()
     run: list[float] = []
@@ -179,7 +182,8 @@ def anneal(
     for T in temps:
         if perturbation > 0:
             noise = torch.randn(C.shape, generator=generator, dtype=torch.float64)
-            C = C + (perturbation * noise).to(C.dtype).to(C.device)
+            C = _perturbed(data, C, (perturbation * noise).to(C.dtype).to(C.device),
+                           perturbation)
         C, it = step(data, C, T)
         C = C.detach()
         st = cluster_stats(data, C, T, entry)
@@ -198,6 +202,20 @@ def anneal(
             hard = True
             break
     return AnnealResult(C, run, total, history, hard)
+
+
+def _perturbed(data: Data, C: Tensor, noise: Tensor, perturbation: float) -> Tensor:
+    """``C + noise``, raising ``ValueError`` naming ``perturbation`` where it moves the centroids
+    out of the dtype's range or out of reach of the rows (:meth:`Data.check_centroids`: one
+    reduction over ``C``); the passes would otherwise blame ``C``."""
+    C = C + noise
+    try:
+        data.check_centroids(C)
+    except ValueError as exc:
+        raise ValueError(f"perturbation must be small enough to keep the centroids finite and "
+                         f"within reach of X; got perturbation={perturbation!r}, which moved "
+                         f"them out ({exc})") from None
+    return C
 
 
 def _groups(C: Tensor, thr: float) -> list[int]:

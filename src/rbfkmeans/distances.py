@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ._validation import (
+    check_dense,
     check_matrix,
     check_positive_int,
     check_temperature,
@@ -120,7 +121,9 @@ def sq_distances(
     ``||x_i - r||^2 + ||c_j - r||^2`` rather than ``||x_i||^2 + ||c_j||^2``: accurate relative
     to the spread of the data around the centroids, whatever their distance from the origin
     (float32 data shifted by ``1e4`` would otherwise lose every digit). The gradients are those
-    of ``||x_i - c_j||^2`` (``r`` cancels). Clamped at 0.
+    of ``||x_i - c_j||^2`` (``r`` cancels). Clamped at 0. ``X`` and ``C`` are dense tensors (a
+    torch sparse layout raises ``TypeError`` naming it; :class:`~rbfkmeans.KMeansLayer` takes
+    sparse rows).
 
     Parameters
     ----------
@@ -144,8 +147,8 @@ def sq_distances(
     float64 ``ValueError`` names ``X``) and the estimator (which refuses such data naming ``X``
     and fits in a rescaled frame, :mod:`rbfkmeans.frame`).
     """
-    check_matrix(X, "X", "(n, d)")
-    check_matrix(C, "C", "(k, d)")
+    check_dense(check_matrix(X, "X", "(n, d)"), "X")
+    check_dense(check_matrix(C, "C", "(k, d)"), "C")
     if X.shape[1] != C.shape[1]:
         raise ValueError(
             f"X has {X.shape[1]} features but C has {C.shape[1]}; they must match "

@@ -235,7 +235,8 @@ class RBFKMeans(
     temperature_ : float
         The last temperature of the fit (``0`` for ``"hard"``).
     critical_temperature_ : float
-        The predicted first critical temperature ``T_c``.
+        The predicted first critical temperature ``T_c``; NaN after :meth:`partial_fit` or
+        :meth:`fit_batches`, which run no annealing.
     history_ : list of dict
         Per temperature: ``T``, ``centers`` (k, d), ``objective`` (``F_T``), ``inertia`` (``J``),
         ``n_soft`` (weight of points with non one-hot memberships), ``n_iter``.

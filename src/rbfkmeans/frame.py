@@ -33,7 +33,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._validation import check_nonnegative, check_tensor
+from ._validation import (
+    check_finite,
+    check_matrix,
+    check_nonnegative,
+    check_tensor,
+    check_vector,
+    tensor_of,
+)
 from .distances import chunk_rows, iter_chunks
 from .sparse import SparseRows, is_sparse
 
@@ -87,14 +94,16 @@ class Frame:
     of the data it was chosen for (in the data's units; None when not computed).
     :meth:`enter` maps data or centroids into the frame, :meth:`leave` maps centroids back,
     :meth:`sq_to` and :meth:`sq_from` convert squared quantities (distances, objectives,
-    temperatures). ``shift`` is None or a real 1-D tensor, ``exponent`` an integer, ``trace``
-    None or a finite number ``>= 0`` (else ``TypeError`` / ``ValueError`` naming it).
+    temperatures). ``shift`` is None or a finite real 1-D tensor, ``exponent`` an integer,
+    ``trace`` None or a finite number ``>= 0`` (else ``TypeError`` / ``ValueError`` naming it).
     """
 
     def __init__(self, shift: Tensor | None = None, exponent: int = 0,
                  trace: float | None = None) -> None:
         if shift is not None and check_tensor(shift, "shift").dim() != 1:
             raise ValueError(f"shift must be a 1-D tensor (d,); got shape {tuple(shift.shape)}")
+        if shift is not None:
+            check_finite(shift, "shift")
         if isinstance(exponent, bool) or not isinstance(exponent, int | np.integer):
             raise TypeError(f"exponent must be an integer; got {type(exponent).__name__} "
                             f"{exponent!r}")
@@ -126,7 +135,15 @@ class Frame:
         ``E||x||^2 - ||mu||^2`` (no shift: ``2 ||mu||^2 <= (1 - 2^-10) E||x||^2``, where the
         trace is at least half of ``E||x||^2`` and loses at most a bit to cancellation).
         Otherwise a second pass sums ``||x - mu||^2`` and finds the largest ``|x - mu|``
-        directly."""
+        directly. ``X`` is a floating-point matrix (or sparse rows), ``sample_weight`` a finite
+        tensor (n,), else ``TypeError`` / ``ValueError`` naming them."""
+        if not is_sparse(X):
+            check_matrix(X, name, "(n, d)")
+        if not X.dtype.is_floating_point:
+            raise TypeError(f"{name} must have a floating-point dtype; got {X.dtype}")
+        if sample_weight is not None:
+            check_finite(check_vector(sample_weight, "sample_weight", X.shape[0]),
+                         "sample_weight")
         if is_sparse(X):
             return cls._choose_sparse(X, sample_weight, name)
         n, d = X.shape
@@ -234,12 +251,22 @@ class Frame:
         return cls(None, exponent, trace)
 
     # -- into and out of the frame -----------------------------------------------------------
+    def _check_width(self, X: Any, name: str) -> None:
+        """Raise unless ``X`` is a real tensor (or sparse rows) (..., d) of the shift's ``d``
+        features (any width when the frame is not shifted), naming ``name``."""
+        if not isinstance(X, SparseRows):
+            check_tensor(X, name)
+        if self.shift is not None and (X.dim() < 1 or X.shape[-1] != self.shift.numel()):
+            raise ValueError(f"{name} must have shape (..., {self.shift.numel()}) (the frame's "
+                             f"features); got {tuple(X.shape)}")
+
     def enter(self, X: Rows, *, inplace: bool = False) -> Rows:
         """``2^e (X - shift)`` (..., d); ``X`` itself when the frame is the identity. With
         ``inplace`` ``X`` (a tensor the caller owns) is overwritten. A sparse fit's frame is
         never shifted (:meth:`choose`): sparse rows are rescaled as they are. Sparse rows that
         enter a shifted frame (a model fitted on dense rows far from the origin) are made dense
         first: shifting the centroids alone would leave the rows behind."""
+        self._check_width(X, "X")
         if self.identity:
             return X
         if self.shift is None:
@@ -253,16 +280,25 @@ class Frame:
     def leave(self, C: Tensor) -> Tensor:
         """Centroids ``C`` (..., d) in the data's coordinates: ``2^-e C + shift`` (a new tensor
         unless the frame is the identity)."""
+        self._check_width(C, "C")
+        if not C.dtype.is_floating_point:
+            raise TypeError(f"C must have a floating-point dtype; got {C.dtype}")
         C = scale_by_power_of_two(C, -self.exponent)
         if self.shift is not None:
             C = C + self.shift.to(device=C.device, dtype=C.dtype)
         return C
 
     def leave_numpy(self, C: np.ndarray) -> np.ndarray:
-        """:meth:`leave` for a NumPy array (the annealing history's centroids)."""
+        """:meth:`leave` for a NumPy array (the annealing history's centroids), whatever its
+        memory layout (a view with negative strides is copied)."""
+        A = np.asarray(C)
+        if A.dtype == np.bool_ or not np.issubdtype(A.dtype, np.number):
+            raise TypeError(f"C must be an array of numbers; got {type(C).__name__} of dtype "
+                            f"{A.dtype}")
+        self._check_width(tensor_of(A), "C")
         if self.identity:
             return C
-        return self.leave(torch.from_numpy(np.asarray(C))).numpy()
+        return self.leave(tensor_of(A)).numpy()
 
     def sq_to(self, value: float) -> float:
         """A squared quantity (a temperature, a distance) in the frame's units: ``4^e value``

@@ -38,7 +38,7 @@ from .assignments import Assignment, get_assignment
 from .distances import membership_scores, sq_distances
 from .layer import KMeansLayer
 from .objectives import objective_from_distances
-from .passes import Data
+from .passes import Data, check_data
 from .relocation import _empty_tol, relocate_empty
 
 __all__ = ["GradientStep", "gradient_step"]
@@ -228,6 +228,16 @@ class GradientStep:
         self.opt.step()
 
     def __call__(self, data: Data, C: Tensor, T: float) -> tuple[Tensor, int]:
+        """The iterations at temperature ``T`` from the centroids ``C`` (k, d) on ``data``: the
+        step's ``k`` centroids (those of ``C0``) of the data's ``d`` features, else raise naming
+        ``C``. Returns the centroids reached and the iterations taken."""
+        if check_data(data).d != self.layer.n_features:
+            raise ValueError(f"data must have the {self.layer.n_features} features of the "
+                             f"step's centroids C0; got {data.d}")
+        shape = (self.layer.n_clusters, data.d)
+        if tuple(check_matrix(C, "C", "(k, d)").shape) != shape:
+            raise ValueError(f"C must have shape {shape} (the step's k={shape[0]} centroids of "
+                             f"the data's d={shape[1]} features); got {tuple(C.shape)}")
         with torch.no_grad():
             self.layer.centroids.copy_(C)
         self.layer.temperature = T

@@ -50,10 +50,17 @@ import torch
 from torch import Tensor
 
 from . import kernels
-from ._validation import check_matrix, check_temperature, check_tensor
+from ._validation import check_bool, check_matrix, check_temperature, check_tensor
 from .assignments import Assignment, get_assignment
 from .distances import chunk_rows, row_norms_sq
-from .passes import Data, check_data, check_hard_tol
+from .passes import (
+    Data,
+    check_data,
+    check_hard_tol,
+    check_objectives,
+    scores_in_range,
+    shifted_scores,
+)
 from .spread import top_eigenpair
 
 __all__ = ["GroupStats", "group_memberships", "group_stats"]
@@ -128,7 +135,8 @@ def group_memberships(Z: Tensor, m: Tensor, assignment: str | Assignment) -> Ten
     assert entry.inplace is not None
     if bool((m == 1).all()):
         return entry.inplace(Z.contiguous().clone())
-    copy_of = torch.repeat_interleave(torch.arange(g, device=Z.device), m)  # (k,) its group
+    # (k,) the group of each copy (m is integral, of any dtype)
+    copy_of = torch.repeat_interleave(torch.arange(g, device=Z.device), m.long())
     R = entry.inplace(Z[:, copy_of])  # (b, k) the copies' memberships (a gather: about 2x
     # faster than index_select along columns on the CPU)
     return torch.zeros_like(Z).index_add_(1, copy_of, R)
@@ -183,32 +191,46 @@ def group_stats(
     temperature and principal axis. On the CPU the sums come from the fused kernel of
     :mod:`rbfkmeans.kernels` (the same values up to rounding): in one sweep up to
     :data:`rbfkmeans.kernels.MAX_DIM` features, with the scores from BLAS products inside the
-    kernel (and the gain matrices from matrix products over each group's rows) beyond."""
+    kernel (and the gain matrices from matrix products over each group's rows) beyond. At a
+    temperature so far from the data's scale that the scores or the entropy terms may leave the
+    dtype's range (:func:`rbfkmeans.passes.scores_in_range`) the sums come from the chunked
+    torch pass on shifted scores (:func:`rbfkmeans.passes.shifted_scores`)."""
     check_data(data)
     entry = get_assignment(assignment)
     T = check_temperature(T, "T")
     if T == 0 or entry.hard:
         raise ValueError(f"group passes need T > 0 and a soft assignment; got T={T!r}, "
                          f"assignment={entry.name!r}")
-    C = data.check_centroids(C)
+    objective = check_bool(objective, "objective")
+    critical = check_bool(critical, "critical")
+    C, reach = data.centroids_in_reach(C)
     m = _check_multiplicities(check_tensor(m, "m").to(C.device), C.shape[0])
     hard_tol = check_hard_tol(hard_tol)
-    return group_stats_unchecked(data, C, m, T, entry, objective, critical, hard_tol)
+    plain = scores_in_range(reach, C.shape[1], int(m.sum()), T, data.X.dtype)
+    stats = group_stats_unchecked(data, C, m, T, entry, objective, critical, hard_tol, plain)
+    if objective:
+        check_objectives(stats.objective, stats.inertia, T, entry.name)
+    return stats
 
 
 def group_stats_unchecked(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment,
                  objective: bool = True, critical: bool = False,
-                 hard_tol: float = 1e-7) -> GroupStats:
+                 hard_tol: float = 1e-7, plain: bool = True) -> GroupStats:
     """:func:`group_stats` on arguments it has checked (or that the annealing built): ``C``
     finite in the data's dtype and device, ``m`` integers >= 1 on that device, ``T > 0``, a
     soft ``entry``. The annealing's passes call it directly (their checks cost as much as a
-    pass on a few thousand rows)."""
+    pass on a few thousand rows). ``plain=False`` (scores that may leave the dtype's range, see
+    :func:`rbfkmeans.passes.scores_in_range`) takes the chunked torch pass on shifted
+    scores."""
     g, d = C.shape
     dev, dt = data.X.device, data.X.dtype
     split = (m > 1).nonzero().squeeze(1) if critical else None  # the groups that can split
     gains = 0 if split is None else int(split.numel())
     supports: list[tuple[Tensor, Tensor]] | None = None
-    if kernels.usable(data.X, g, gains=gains):  # few features: one sweep
+    if not plain:
+        N, S, V, acc, A = _torch_sums(data, C, m, T, entry, objective, split, hard_tol,
+                                      plain=False)
+    elif kernels.usable(data.X, g, gains=gains):  # few features: one sweep
         N, S, V, acc, A_k = kernels.group_pass(data.X, C, m, T, entry.name, data.w,
                                                objective=objective, split=split,
                                                hard_tol=hard_tol)
@@ -339,11 +361,12 @@ def _top_eigenpairs_matrix_free(X: Tensor, C: Tensor, split: Tensor,
 
 
 def _torch_sums(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment, objective: bool,
-                split: Tensor | None,
-                hard_tol: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
+                split: Tensor | None, hard_tol: float, plain: bool = True
+                ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
     """The sums of :func:`group_stats` by chunked torch operations: ``N``, ``S``, ``V``,
     ``acc = [F_T, J, soft weight]`` and the gain matrices of the groups ``split`` (None
-    without)."""
+    without). ``plain=False``: from shifted scores, the objective in an order that overflows
+    only where its value does (:func:`rbfkmeans.passes.shifted_scores`)."""
     g, d = C.shape
     dev, dt = data.X.device, data.X.dtype
     critical = split is not None
@@ -357,19 +380,29 @@ def _torch_sums(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment, o
     for s in data.chunks(g):
         Xc = data.X[s]  # (b, d)
         w = data.weight(s)
-        Z = torch.addmm(C_sq.unsqueeze(0), Xc, C.T, beta=-0.5 / T, alpha=1.0 / T)  # (b, g)
+        if plain:
+            Z = torch.addmm(C_sq.unsqueeze(0), Xc, C.T, beta=-0.5 / T, alpha=1.0 / T)  # (b, g)
+            lift = None
+        else:  # (b, g) with row maxima 0, lift (b,) = T max_l Z_il
+            Z, lift = shifted_scores(Xc, C, C_sq, T)
         Q = group_memberships(Z, m, entry)  # (b, g)
         Xw = Xc if w is None else Xc * w.unsqueeze(1)
         N += Q.sum(dim=0) if w is None else w @ Q
         S.addmm_(Q.T, Xw)
         if objective or critical:
             zmax, lab = Z.max(dim=1)  # (b,) the nearest group (only these passes need it)
-            dmin = (data.X_sq[s] - 2.0 * T * zmax).clamp_(min=0.0)  # (b,)
+            top = 2.0 * T * zmax if lift is None else 2.0 * lift  # (b,) 2T max_l Z_il
+            dmin = (data.X_sq[s] - top).clamp_(min=0.0)  # (b,)
             wd = torch.ones_like(dmin, dtype=torch.float64) if w is None else w.double()
             V.index_add_(0, lab, dmin.double() * wd)
         if objective:
             gap = zmax.unsqueeze(1) - Z  # (b, g) = (d_ij - dmin_i) / 2T
-            row = dmin + 2.0 * T * ((Q * gap).sum(dim=1) - _group_entropy(Q, m, entry.name))
+            if lift is None:
+                row = dmin + 2.0 * T * ((Q * gap).sum(dim=1) - _group_entropy(Q, m, entry.name))
+            else:  # gaps of inf (memberships 0) capped: 0 * max, not 0 * inf; 2T may overflow
+                gap.clamp_(max=torch.finfo(gap.dtype).max)
+                energy = (Q * gap).sum(dim=1) - _group_entropy(Q, m, entry.name)  # (b,)
+                row = dmin + T * (2.0 * energy)
             soft = (Q.amax(dim=1) < 1.0 - hard_tol) | (m[lab] > 1)  # a group of copies is soft
             acc += torch.stack([row.double() @ wd, dmin.double() @ wd, soft.double() @ wd])
         if A is not None and split is not None and split.numel():

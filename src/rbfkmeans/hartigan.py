@@ -64,6 +64,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -146,9 +147,10 @@ def holds_weight(data: Data, labels: Tensor, k: int) -> bool:
     partitions :func:`hartigan` starts from (fewer distinct points than ``k`` leave some
     empty). ``labels`` is an int64 tensor (n,) of cluster indices in ``[0, k)``, ``k >= 1``,
     else ``ValueError`` naming them (one ``aminmax`` of the labels, as cheap as the sum that
-    reads them anyway: this is called once per round of moves, not per pass)."""
+    reads them anyway: this is called once per round of moves, not per pass). ``k`` is at most
+    the number of rows (over all ranks), else ``ValueError`` naming it."""
     data = check_data(data)
-    k = check_positive_int(k, "k")
+    k = _check_k(data, k)
     if not isinstance(labels, Tensor) or labels.shape != (data.n,) or labels.dtype != torch.long:
         raise ValueError(f"labels must be an int64 tensor of shape ({data.n},); got "
                          f"{getattr(labels, 'dtype', type(labels).__name__)} "
@@ -164,6 +166,17 @@ def holds_weight(data: Data, labels: Tensor, k: int) -> bool:
     N.index_add_(0, labels, w)
     data.comm.sum_(N)
     return bool((N > 0).all())
+
+
+def _check_k(data: Data, k: Any) -> int:
+    """``k`` if it is an integer from 1 to the number of rows of ``data`` over all ranks (no
+    more clusters than rows can all hold weight), else raise naming ``k``."""
+    k = check_positive_int(k, "k")
+    n_total = sum(data.comm.counts(data.n))
+    if k > n_total:
+        raise ValueError(f"k must be at most the number of rows n_samples={n_total} (every "
+                         f"cluster holds a row); got {k!r}")
+    return k
 
 
 def _candidates(data: Data, C: Tensor, N: Tensor, labels: Tensor,
@@ -362,7 +375,7 @@ def hartigan(data: Data, labels: Tensor, k: int, *, max_passes: int = 100,
     first pass takes them up, moved by how far each mean lies from the run's centroid, and
     scores only the rows they leave in doubt, as the later passes do."""
     data = check_data(data)
-    k = check_positive_int(k, "k")
+    k = _check_k(data, k)
     max_passes = check_positive_int(max_passes, "max_passes")
     min_gain = check_nonnegative(min_gain, "min_gain")
     if not isinstance(labels, Tensor) or labels.shape != (data.n,) or labels.dtype != torch.long:

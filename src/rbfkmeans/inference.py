@@ -19,7 +19,7 @@ from sklearn.utils.validation import check_is_fitted
 from torch import Tensor
 
 from . import precompile
-from ._validation import check_real, check_temperature, largest_magnitude
+from ._validation import check_real, check_temperature, check_within_reach, largest_magnitude
 from .assignments import get_assignment
 from .distances import shifted_scores, sq_distances
 from .frame import Frame, scale_by_power_of_two
@@ -56,12 +56,7 @@ def check_reach(Xf: Tensor | SparseRows, C: Tensor, exponent: int = 0, total: fl
         if not math.isfinite(big):
             raise ValueError(f"{what} must be finite; got NaN/inf entries (largest magnitude "
                              f"{big})")
-    reach = x + c  # bounds every |x_i - c_j| entry; the squared distance is at most d reach^2
-    if not reach * reach * C.shape[1] * max(total, 1.0) < torch.finfo(dtype).max:
-        raise ValueError(
-            f"{name} lies too far from the centroids for {dtype}: its squared distances "
-            f"overflow (entries of x - c up to {math.ldexp(reach, -exponent):.3g} over "
-            f"{C.shape[1]} features); rescale {name}")
+    check_within_reach(x, c, C.shape[1], dtype, total=total, name=name, exponent=exponent)
 
 
 def to_numpy(t: Tensor) -> np.ndarray:
@@ -106,9 +101,13 @@ class InferenceMixin:
         passes the fit took (the kernels or torch's): on the rows of the fit, ``labels_``. A row
         equally near two centroids up to rounding may take the other of them where the fit's
         last Lloyd pass was a bounded one on wide data (more than 16 features), whose rows in
-        doubt are scored by products of other shapes: both are then nearest."""
+        doubt are scored by products of other shapes: both are then nearest.
+
+        ``sample_weight`` is not used (the nearest centroid does not depend on it, as in
+        ``sklearn.cluster.KMeans.predict``), but it is checked as :meth:`score` checks it."""
         check_is_fitted(self)
         X = self._check_X(X, reset=False)
+        self._weights(sample_weight, X)  # checked, unused
         Xf, C = self._framed(X)
         with precompile.pinned(getattr(self, "_kernel_passes", None)):
             return to_numpy(nearest_labels(self._data(Xf), C))
@@ -177,12 +176,13 @@ class InferenceMixin:
     def to_layer(self: Any, temperature: float | None = None, assignment: str | None = None
     ) -> KMeansLayer:
         """A :class:`KMeansLayer` holding the fitted centroids, at ``temperature`` (default as
-        :meth:`predict_proba`) with this estimator's mapping (or ``assignment``) and metric."""
+        :meth:`predict_proba`) with this estimator's mapping (``assignment=None``) or
+        ``assignment``, and its metric."""
         check_is_fitted(self)
         T = self._proba_temperature(temperature)
         return KMeansLayer(
             self._centers_t().cpu(),
             temperature=T,
-            assignment=assignment or self.assignment,
+            assignment=self.assignment if assignment is None else assignment,
             metric=self.metric,
         )

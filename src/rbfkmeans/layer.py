@@ -27,6 +27,8 @@ import torch
 from torch import Tensor, nn
 
 from ._validation import (
+    check_bool,
+    check_dense,
     check_finite,
     check_matrix,
     check_nonnegative,
@@ -103,6 +105,7 @@ class KMeansLayer(nn.Module):
         metric: str = "sqeuclidean",
     ) -> None:
         super().__init__()
+        learnable = check_bool(learnable, "learnable")
         self.metric = metric
         if isinstance(centroids, str | bytes) or centroids is None:
             raise TypeError("centroids must be a tensor or an array (k, d); got "
@@ -112,7 +115,7 @@ class KMeansLayer(nn.Module):
         except (TypeError, ValueError, RuntimeError) as exc:
             raise TypeError(f"centroids must be a tensor or an array (k, d) of numbers; got "
                             f"{type(centroids).__name__} ({exc})") from None
-        check_matrix(C, "centroids", "(k, d)")
+        check_dense(check_matrix(C, "centroids", "(k, d)"), "centroids")
         if C.shape[0] < 1 or C.shape[1] < 1:
             raise ValueError(
                 f"centroids must be a non-empty (k, d) matrix; got shape {tuple(C.shape)}"
@@ -360,6 +363,7 @@ class KMeansLayer(nn.Module):
             raise TypeError(f"linear must be a torch.nn.Linear; got {type(linear).__name__}")
         T = check_temperature(temperature)
         metric = check_metric(metric)
+        check_bias = check_bool(check_bias, "check_bias")
         atol, rtol = check_nonnegative(atol, "atol"), check_nonnegative(rtol, "rtol")
         # a half-precision copy rounds every weight and bias: no tighter than its dtype allows
         rtol = max(rtol, 16.0 * torch.finfo(linear.weight.dtype).eps)

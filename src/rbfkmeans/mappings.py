@@ -54,7 +54,7 @@ import torch
 from torch import Tensor
 
 from . import _thresholds
-from ._validation import compute_dtype
+from ._validation import check_dense, compute_dtype
 
 __all__ = [
     "entmax15",
@@ -175,6 +175,7 @@ class _HardmaxFunction(torch.autograd.Function):
 def _in_compute_dtype(fn: Callable[[Tensor, int], Tensor], z: Tensor, dim: int) -> Tensor:
     if not isinstance(z, Tensor):
         raise TypeError(f"z must be a torch.Tensor; got {type(z).__name__}")
+    check_dense(z, "z")
     if not isinstance(dim, int) or isinstance(dim, bool):
         raise TypeError(f"dim must be an int; got {type(dim).__name__} {dim!r}")
     if z.is_complex():
@@ -240,6 +241,7 @@ def hardmax(z: Tensor, dim: int = -1) -> Tensor:
 def _check_inplace(z: Any, scale: Any) -> float:
     if not isinstance(z, Tensor):
         raise TypeError(f"z must be a torch.Tensor; got {type(z).__name__}")
+    check_dense(z, "z")
     if z.dtype not in (torch.float32, torch.float64):
         raise TypeError(f"z must be float32 or float64 for an in-place mapping; got {z.dtype}")
     if z.dim() < 1 or z.shape[-1] == 0 or not z.is_contiguous():

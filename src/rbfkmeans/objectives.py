@@ -120,8 +120,13 @@ def objective_from_distances(
     ``assignment="softmax"`` gives ``F^S_T``, ``"entmax15"`` ``F^Ts_T``, ``"sparsemax"``
     ``F^sp_T``, ``"hard"`` (or ``T = 0`` for any of them) gives ``J``. Differentiable.
     Scores are shifted by the row minimum (:func:`~rbfkmeans.distances.shifted_scores`), so the
-    value stays finite at any ``T > 0``; ``T`` so small that ``2T`` is 0 in ``D``'s dtype gives
-    ``J``. float16 and bfloat16 ``D`` are computed (and returned) in float32.
+    value stays finite at any ``T > 0`` where it is representable in ``D``'s dtype (a huge
+    ``T``: the entropy term ``2T sum_i w_i H_i`` is formed as ``T (2 ...)``, as ``2T`` alone
+    overflows first); ``T`` so small that ``2T`` is 0 in ``D``'s dtype gives ``J``. Where the
+    value itself overflows it is ``-inf``, which the callers look at (the objectives of ``X``
+    and ``C`` below, the layer's objective and :func:`rbfkmeans.gradient.gradient_step` retry
+    in float64 or raise naming the temperature). float16 and bfloat16 ``D`` are computed (and
+    returned) in float32.
 
     Precondition: ``D`` holds squared distances, finite and ``>= 0`` (as
     :func:`~rbfkmeans.distances.sq_distances` returns them), with at least one column. Only its
@@ -147,7 +152,10 @@ def objective_from_distances(
     # F_i = min_j d_ij + 2T (<r_i, g_i> - H(r_i)) with gaps g = -z >= 0 (the registry's free
     # energy; softmax: -log sum exp(z)). D_min is detached; the gradient is R either way.
     R = entry.forward(z, dim=1) if entry.free_energy_uses_R else None
-    return _wsum(D_min.squeeze(1) + 2.0 * T * entry.free_energy(-z, R), w)
+    energy = entry.free_energy(-z, R)  # (n,)
+    if torch.finfo(D.dtype).max < 2.0 * T:  # 2T overflows, T (2 ...) need not
+        return _wsum(D_min.squeeze(1) + T * (2.0 * energy), w)
+    return _wsum(D_min.squeeze(1) + 2.0 * T * energy, w)
 
 
 def kmeans_objective(X: Tensor, C: Tensor, sample_weight: Tensor | None = None) -> Tensor:

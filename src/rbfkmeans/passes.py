@@ -40,11 +40,14 @@ from torch import Tensor
 
 from . import kernels
 from ._validation import (
+    check_bool,
     check_finite,
     check_matrix,
     check_positive_int,
     check_real,
     check_temperature,
+    check_within_reach,
+    largest_magnitude,
 )
 from .assignments import Assignment, get_assignment
 from .comm import Comm
@@ -73,6 +76,9 @@ class Data:
         Reductions over a process group; default local.
     validate : bool, default True
         Check ``X`` for NaN/inf (one reduction); off where the caller has checked already.
+        Either way the first pass at some centroids reads the largest ``|x|`` (one reduction,
+        kept: :attr:`largest`), so that rows and centroids whose squared distances overflow
+        the dtype raise (:meth:`check_centroids`).
     metric : {"sqeuclidean", "cosine"}, default "sqeuclidean"
         The geometry (:mod:`rbfkmeans.metrics`). With ``"cosine"`` the pass context holds the
         rows of ``X`` normalised (:func:`rbfkmeans.metrics.unit_rows`: ``X`` itself where its
@@ -97,7 +103,7 @@ class Data:
             raise TypeError(f"X must be float32 or float64; got {X.dtype}")
         if X.device.type == "meta":  # no values to compute with (metadata only: no scan)
             raise ValueError("X must hold values; got a tensor on the 'meta' device")
-        if validate:
+        if check_bool(validate, "validate"):
             check_finite(X.val if isinstance(X, SparseRows) else X, "X")
         if sample_weight is not None:
             if not isinstance(sample_weight, Tensor):
@@ -128,6 +134,8 @@ class Data:
         self.chunk_size = chunk_size
         self.comm = comm if comm is not None else Comm()
         self._X_sq: Tensor | None = None
+        # max |x| (unit rows: at most 1, no scan)
+        self._X_max: float | None = 1.0 if self.metric.spherical else None
 
     @property
     def n(self) -> int:
@@ -144,6 +152,18 @@ class Data:
         if self._X_sq is None:
             self._X_sq = row_norms_sq(self.X)
         return self._X_sq
+
+    @property
+    def largest(self) -> float:
+        """``max |x_ij|`` of the local rows (0 when there are none), one reduction on first use.
+        NaN or inf (in a context built with ``validate=False``) raise ``ValueError`` naming
+        ``X``."""
+        if self._X_max is None:
+            big = largest_magnitude(self.X)
+            if not math.isfinite(big):
+                check_finite(self.X.val if isinstance(self.X, SparseRows) else self.X, "X")
+            self._X_max = big
+        return self._X_max
 
     def rows(self, width: int) -> int:
         """Rows per chunk for ``width`` entries per row (``k`` memberships, say)."""
@@ -170,8 +190,10 @@ class Data:
             return self
         assert self.w is not None  # weights of 1 stand in on ranks without them (estimator)
         keep = (self.w > 0).nonzero().squeeze(1)
-        return Data(self.X[keep], self.w[keep], chunk_size=self.chunk_size, comm=self.comm,
+        rows = Data(self.X[keep], self.w[keep], chunk_size=self.chunk_size, comm=self.comm,
                     validate=False, metric=self.metric)
+        rows._X_max = self._X_max  # a bound of the subset's too (not read here: no scan)
+        return rows
 
     def total_weight(self) -> float:
         """``sum_i w_i`` over all ranks (``n`` when unweighted)."""
@@ -184,14 +206,41 @@ class Data:
         return self.metric.project(C, fallback, name)
 
     def check_centroids(self, C: Any, name: str = "C") -> Tensor:
-        """Raise unless ``C`` is a finite (k, d) tensor with this data's ``d``; returns it in the
-        data's dtype and device (no copy when it already is)."""
+        """Raise unless ``C`` is a finite (k, d) tensor with this data's ``d`` whose squared
+        distances to the rows are finite in the data's dtype; returns it in the data's dtype and
+        device (no copy when it already is). See :meth:`centroids_in_reach`."""
+        return self.centroids_in_reach(C, name)[0]
+
+    def centroids_in_reach(self, C: Any, name: str = "C") -> tuple[Tensor, float]:
+        """:meth:`check_centroids`, and the bound ``reach = max |x| + max |c|`` of every entry
+        of ``x_i - c_j``. Finite values whose squared distances ``d reach^2`` overflow the
+        data's dtype would give infinite distances, NaN memberships and arbitrary labels: they
+        raise ``ValueError`` naming ``name`` where the centroids are the larger (a centroid at
+        ``1e308``), else ``X`` (:func:`~rbfkmeans._validation.check_within_reach`). One
+        reduction over ``C`` (NaN and inf raise naming ``name``) and the kept
+        :attr:`largest`: nothing per row. Under ``torch.distributed`` only ``C`` (the same on
+        every rank) is checked, against the origin: one rank's rows must not raise while the
+        others wait in the pass's reduction (rows out of reach there give non-finite sums on
+        every rank, which the callers check)."""
         check_matrix(C, name, "(k, d)")
         if C.shape[0] < 1 or C.shape[1] != self.d:
             raise ValueError(f"{name} must have shape (k, {self.d}) with k >= 1 to match X; "
                              f"got {tuple(C.shape)}")
-        check_finite(C, name)
-        return C.to(device=self.X.device, dtype=self.X.dtype)
+        c = largest_magnitude(C)
+        if not math.isfinite(c):
+            check_finite(C, name)  # says how many and one of them
+        if self.comm.active:
+            if self._X_max is None:
+                self._X_max = largest_magnitude(self.X)  # NaN or inf: never plain scores
+            check_within_reach(0.0, c, self.d, self.X.dtype, name=name,
+                               far_from="the rows of X")
+            return C.to(device=self.X.device, dtype=self.X.dtype), self._X_max + c
+        x = self.largest
+        if c > x:
+            check_within_reach(x, c, self.d, self.X.dtype, name=name, far_from="the rows of X")
+        else:
+            check_within_reach(x, c, self.d, self.X.dtype, far_from=f"the centroids {name}")
+        return C.to(device=self.X.device, dtype=self.X.dtype), x + c
 
 
 def check_data(data: Any, name: str = "data") -> Data:
@@ -234,6 +283,36 @@ def _scores(Xc: Tensor, C: Tensor, C_sq: Tensor, T: float) -> Tensor:
     """Shifted scores ``Z = (x.c - ||c||^2/2) / T = W x + b`` (b, k): ``z + ||x||^2/(2T)``,
     one fused ``addmm`` (the Linear layer of the k-means layer)."""
     return torch.addmm(C_sq.unsqueeze(0), Xc, C.T, beta=-0.5 / T, alpha=1.0 / T)
+
+
+#: a soft pass forms its scores ``Z = (x.c - ||c||^2/2) / T`` by one ``addmm`` (the kernels
+#: theirs as well) where their bound ``d reach^2 / T`` (at least ``1 / T``) and the entropy
+#: term ``2T log k`` lie below this fraction of the dtype's largest number. Beyond (float64 data
+#: of unit size: ``T`` below about ``6e-303`` or above ``1e304``; the estimator's temperatures,
+#: in the frame of :mod:`rbfkmeans.frame`, stay far inside) they are formed shifted
+#: (:func:`shifted_scores`), and the objective in an order that overflows only where its value
+#: does.
+SCORE_HEADROOM = 2.0**-10
+
+
+def scores_in_range(reach: float, d: int, k: int, T: float, dtype: torch.dtype) -> bool:
+    """Whether the plain scores and entropy terms of a soft pass at ``T > 0`` over ``k``
+    centroids lie far inside ``dtype``'s range (:data:`SCORE_HEADROOM`), for rows and centroids
+    whose entries of ``x - c`` are bounded by ``reach`` (:meth:`Data.centroids_in_reach`):
+    ``|x.c - ||c||^2/2| <= d reach^2``. O(1)."""
+    big = torch.finfo(dtype).max * SCORE_HEADROOM
+    return max(d * reach * reach, 1.0) < T * big and 2.0 * T * max(1.0, math.log(k)) < big
+
+
+def shifted_scores(Xc: Tensor, C: Tensor, C_sq: Tensor, T: float) -> tuple[Tensor, Tensor]:
+    """The scores of a chunk less their row maximum, ``Z - max_l Z_il`` (b, k) (every mapping
+    ignores a per-row constant), and ``T max_l Z_il`` (b,), at any ``T > 0``: formed as
+    ``(G - max_l G_il) / T`` from the finite ``G = T Z = x.c - ||c||^2/2``, so that where
+    ``1 / T`` or ``Z`` would overflow a gap beyond the range is ``-inf`` (a membership of 0)
+    and the nearest centroid scores exactly 0, rather than ``inf - inf``."""
+    G = torch.addmm(C_sq.unsqueeze(0), Xc, C.T, beta=-0.5)  # (b, k) = T Z
+    top = G.amax(dim=1, keepdim=True)  # (b, 1)
+    return G.sub_(top).div_(T), top.squeeze(1)
 
 
 def _wsum(v: Tensor, w: Tensor | None) -> Tensor:
@@ -315,9 +394,13 @@ def cluster_stats(
     entry = get_assignment(assignment)
     T = check_temperature(T, "T")
     hard_tol = check_hard_tol(hard_tol)
-    C = data.check_centroids(C)
+    return_labels = check_bool(return_labels, "return_labels")
+    objective = check_bool(objective, "objective")
+    C, reach = data.centroids_in_reach(C)
     k, d = C.shape
     hard = entry.hard or T == 0.0
+    # scores far inside the range: formed as they are (or by the kernels), else shifted
+    plain = hard or scores_in_range(reach, d, k, T, data.X.dtype)
     dev, dt = data.X.device, data.X.dtype
     C_sq = row_norms_sq(C)  # (k,)
     N = torch.zeros(k, dtype=dt, device=dev)
@@ -327,7 +410,7 @@ def cluster_stats(
     n_soft = torch.zeros((), dtype=torch.float64, device=dev)
     labels = torch.empty(data.n, dtype=torch.long, device=dev) if return_labels else None
     fused = hard and kernels.usable(data.X, k, scores=True)  # one sweep of the kernel
-    fused_soft = not hard and labels is None and data.n > 0 and \
+    fused_soft = not hard and plain and labels is None and data.n > 0 and \
         _soft_in_kernel(data, C, C_sq, T, entry)
     X_sq = data.X_sq if objective and not (fused or fused_soft) else None  # (kernels: in them)
     if fused:
@@ -355,7 +438,8 @@ def cluster_stats(
             if labels is not None:
                 labels[s] = lab
             continue
-        Z = _scores(Xc, C, C_sq, T)  # (b, k)
+        # (b, k); shifted: the row maxima of Z are 0 and lift (b,) holds T max_l Z_il
+        Z, lift = (_scores(Xc, C, C_sq, T), None) if plain else shifted_scores(Xc, C, C_sq, T)
         if labels is not None:
             labels[s] = Z.argmax(dim=1)  # nearest centroid, ties to the lowest index
         if objective:
@@ -365,9 +449,12 @@ def cluster_stats(
             # F_i = dmin_i + 2T free_energy(gap_i, r_i), written relative to the row maximum so
             # nothing cancels at small T: d_ij = dmin_i + 2T (max_l Z_il - Z_ij)
             zmax = Z.amax(dim=1, keepdim=True)  # (b, 1)
-            dmin = (X_sq[s] - 2.0 * T * zmax.squeeze(1)).clamp_(min=0.0)  # (b,)
+            top = 2.0 * T * zmax.squeeze(1) if lift is None else 2.0 * lift  # (b,)
+            dmin = (X_sq[s] - top).clamp_(min=0.0)  # (b,)
             gap = torch.sub(zmax, Z, out=Z)  # (b, k) >= 0, in place of Z
-            row_obj = dmin + 2.0 * T * entry.free_energy(gap, R)
+            energy = entry.free_energy(gap, R)  # (b,)
+            # at a huge T, 2T alone may overflow where 2 T energy does not
+            row_obj = dmin + (2.0 * T * energy if lift is None else T * (2.0 * energy))
             soft = (R.amax(dim=1) < 1.0 - hard_tol).to(dt)  # (b,)
             obj += _wsum(row_obj, w)
             inertia += _wsum(dmin, w)
@@ -383,7 +470,27 @@ def cluster_stats(
         obj = inertia = n_soft = torch.full((), math.nan, dtype=torch.float64, device=dev)
     data.comm.sum_(N, S, obj, inertia, n_soft)
     scale = data.metric.objective_scale  # the metric's objectives (1/2 of J, F_T for cosine)
-    return Stats(N, S, scale * float(obj), scale * float(inertia), float(n_soft), labels)
+    F, J = float(obj), float(inertia)
+    if objective:
+        check_objectives(F, J, T, entry.name)
+    return Stats(N, S, scale * F, scale * J, float(n_soft), labels)
+
+
+def check_objectives(F: float, J: float, T: float, assignment: str) -> None:
+    """Raise ``ValueError`` unless the objectives ``F_T`` and ``J`` of a pass (float64 sums over
+    every rank, so that every rank raises) are finite: the distances themselves are (checked
+    with the centroids), so an infinite ``J`` is a sum beyond float64 (the rows' weight times
+    their distances) and an infinite ``F_T`` with a finite ``J`` an entropy term ``2T (sum w)
+    H`` beyond it (a temperature far above the data's scale)."""
+    if not math.isfinite(J):
+        raise ValueError(f"X is too far from the centroids for float64: its k-means objective "
+                         f"J (the weighted sum of its squared distances) overflows (got {J!r});"
+                         " rescale X or its weights")
+    if not math.isfinite(F):
+        raise ValueError(f"T must be small enough for the objective to be finite in "
+                         f"float64; got T={T!r}, at which the entropy term 2T sum_i w_i H_i of "
+                         f"the {assignment} objective overflows (got {F!r}) though J={J:.6g} "
+                         "is finite; use a smaller temperature")
 
 
 @torch.no_grad()
@@ -418,7 +525,7 @@ def nearest(data: Data, C: Tensor, *, two: bool = False) -> Nearest:
     pass, nothing larger than a chunk of distances. Needs ``k >= 2`` for ``two``."""
     C = check_data(data).check_centroids(C)
     k = C.shape[0]
-    if two and k < 2:
+    if check_bool(two, "two") and k < 2:
         raise ValueError(f"two nearest centroids need k >= 2; got C of shape {tuple(C.shape)}")
     C_sq = row_norms_sq(C)
     shape = (data.n, 2) if two else (data.n,)

@@ -67,6 +67,13 @@ def leave_row_space(best: dict[str, Any], space: RowSpace, data: Data, frame: Fr
 def distinct_rows(C: np.ndarray) -> int:
     """The number of distinct rows of ``C`` (k, d), each row compared as one block of bytes:
     ``numpy.unique(C, axis=0)`` views the rows as records of ``d`` fields, which took 4 s for
-    two centroids of 1,000,000 features. Adding 0 first makes ``-0.0`` the ``0.0`` it equals."""
+    two centroids of 1,000,000 features. Adding 0 first makes ``-0.0`` the ``0.0`` it equals.
+    ``C`` is a 2-D NumPy array of numbers, else ``TypeError`` / ``ValueError`` naming it."""
+    if not isinstance(C, np.ndarray) or C.dtype == np.bool_ \
+            or not np.issubdtype(C.dtype, np.number):
+        raise TypeError(f"C must be a NumPy array of numbers; got {type(C).__name__} "
+                        f"{getattr(C, 'dtype', '')}".rstrip())
+    if C.ndim != 2:
+        raise ValueError(f"C must be a 2-D array (k, d); got shape {C.shape}")
     C = np.ascontiguousarray(C) + C.dtype.type(0)  # (k, d) a copy
     return int(np.unique(C.view(np.dtype((np.void, C.dtype.itemsize * C.shape[1])))).size)

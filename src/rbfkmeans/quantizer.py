@@ -49,7 +49,7 @@ number of times; evaluation (``model.eval()``) is local.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch import Tensor, nn
@@ -159,6 +159,13 @@ class VectorQuantizer(CodebookUpdates, nn.Module):
         super().__init__()
         self.dim = check_positive_int(dim, "dim")
         self.n_codes = check_positive_int(n_codes, "n_codes")
+        if dtype not in CODEBOOK_DTYPES:
+            raise TypeError(f"dtype must be torch.float32 or torch.float64; got {dtype}")
+        itemsize = torch.finfo(dtype).bits // 8
+        if self.n_codes * self.dim >= 2**62 // itemsize:  # no memory holds such a codebook
+            raise ValueError(f"n_codes * dim must be < 2**62 / {itemsize} (the entries of a "
+                             f"{dtype} codebook that memory can hold); got n_codes={n_codes}, "
+                             f"dim={dim}")
         self.assignment = assignment
         self.temperature = temperature
         self.metric = check_metric(metric, "metric")
@@ -171,8 +178,6 @@ class VectorQuantizer(CodebookUpdates, nn.Module):
         self.dead_code_steps = None if dead_code_steps is None \
             else check_positive_int(dead_code_steps, "dead_code_steps")
         self.seed = check_seed(seed, self.init)
-        if dtype not in CODEBOOK_DTYPES:
-            raise TypeError(f"dtype must be torch.float32 or torch.float64; got {dtype}")
         self._generator = torch.Generator().manual_seed(self.seed)
         C = torch.randn(self.n_codes, self.dim, generator=self._generator, dtype=dtype)  # (k, d)
         C = get_metric(self.metric).project(C, None, "codebook")
@@ -267,6 +272,19 @@ class VectorQuantizer(CodebookUpdates, nn.Module):
             return (2.0 - 2.0 * (X @ C_hat.T)).clamp_min(0.0)  # (n, k)
         return sq_distances(X, C)  # (n, k)
 
+    def _raise_overflow(self, X: Tensor, q: Tensor, D: Tensor) -> NoReturn:
+        """Name the cause of a loss that overflows ``X``'s dtype: the temperature where the
+        loss at ``T = 0`` (the commitment term and ``J``) is finite, so that only the entropy
+        term ``T H`` of ``F_T`` overflows; else ``z``, whose squared terms do not fit."""
+        hard = self.commitment_weight * (X - q).square().sum() \
+            + objective_from_distances(D, 0.0, "hard")
+        if self.update == "objective" and bool(torch.isfinite(hard)):
+            raise ValueError(f"temperature={self.temperature!r} is too large for {X.dtype}: the "
+                             "loss overflows (its entropy term does) though z lies within reach "
+                             "of the codes; use a smaller temperature")
+        raise ValueError(f"z lies too far from the codes for {X.dtype}: the loss overflows "
+                         "(its squared terms do not fit); rescale z")
+
     def distances(self, z: Tensor) -> Tensor:
         """Distances ``d`` (..., k) from ``z`` (..., d) to the codes (no statistics kept)."""
         X = self._rows(z)
@@ -320,9 +338,8 @@ class VectorQuantizer(CodebookUpdates, nn.Module):
             if self.update == "objective":
                 loss = loss + objective_from_distances(D, self.temperature, self.assignment)
             loss = loss / max(X.numel(), 1)
-            if not bool(torch.isfinite(loss.detach())):  # z is finite (checked): squares overflow
-                raise ValueError(f"z lies too far from the codes for {X.dtype}: the loss "
-                                 "overflows (its squared terms do not fit); rescale z")
+            if not bool(torch.isfinite(loss.detach())):  # z is finite (checked)
+                self._raise_overflow(X_d, q, D.detach())
             if self.training:
                 self._step(X_d, D.detach(), indices, comm)
             else:

@@ -16,9 +16,12 @@ from sklearn.exceptions import ConvergenceWarning
 from torch import Tensor, nn
 
 from ._validation import (
+    check_dense,
     check_finite,
+    check_matrix,
     check_positive_int,
     check_temperature,
+    check_tensor,
     largest_magnitude,
 )
 
@@ -96,7 +99,7 @@ def check_seed(seed: Any, init: str) -> int:
 def check_codebook_dtype(codebook: Tensor) -> None:
     """Raise ``TypeError`` unless the codebook is float32 or float64 (a float16 codebook set
     through ``.data`` would round away the k-means steps smaller than its spacing)."""
-    if codebook.dtype not in CODEBOOK_DTYPES:
+    if check_tensor(codebook, "codebook").dtype not in CODEBOOK_DTYPES:
         raise TypeError(f"the codebook must be torch.float32 or torch.float64; got "
                         f"{codebook.dtype}: keep the quantizer in float32 (float16 and bfloat16 "
                         "inputs are computed in float32)")
@@ -104,9 +107,13 @@ def check_codebook_dtype(codebook: Tensor) -> None:
 
 def check_input(z: Any, dim: int, codebook: Tensor) -> None:
     """Raise unless ``z`` is a finite floating-point tensor (..., ``dim``) holding values and the
-    ``codebook`` a float32 or float64 tensor holding values (not on the meta device)."""
+    ``codebook`` a float32 or float64 tensor holding values (not on the meta device); ``z``
+    of a torch sparse layout raises ``TypeError`` naming it."""
     if not isinstance(z, Tensor):
         raise TypeError(f"z must be a torch.Tensor; got {type(z).__name__}")
+    check_dense(z, "z")
+    dim = check_positive_int(dim, "dim")
+    check_codebook_dtype(codebook)
     if z.dim() < 1 or z.shape[-1] != dim:
         raise ValueError(f"z must have shape (..., {dim}) (dim={dim}); got {tuple(z.shape)}")
     if not (z.is_floating_point()):
@@ -116,7 +123,6 @@ def check_input(z: Any, dim: int, codebook: Tensor) -> None:
                          f"on the meta device; got z on {z.device}, the codebook on "
                          f"{codebook.device}")
     check_finite(z.detach(), "z")
-    check_codebook_dtype(codebook)
 
 
 def check_indices(indices: Any, n_codes: int) -> None:
@@ -136,7 +142,7 @@ def check_squares_are_normal(X: Tensor) -> None:
     is subnormal in ``X``'s dtype (``|x| < 1.1e-19`` in float32): the squared distances then
     keep few or no bits (at ``1e-40`` all are 0, and every row took code 0), and codes seeded
     from such rows would be no better."""
-    largest = largest_magnitude(X)
+    largest = largest_magnitude(check_tensor(X, "z"))
     if largest > 0.0 and largest * largest < torch.finfo(X.dtype).tiny:
         raise ValueError(f"z is too small for {X.dtype}: its squared distances underflow "
                          f"(largest |z| {largest:.3g}); rescale z")
@@ -145,7 +151,7 @@ def check_squares_are_normal(X: Tensor) -> None:
 def distinct_rows(Y: Tensor) -> Tensor:
     """The distinct rows of ``Y`` (m, d) in the order of their first occurrence (exact equality;
     ``-0.0`` equals ``0.0``)."""
-    if Y.shape[0] == 0:
+    if check_matrix(Y, "Y", "(m, d)").shape[0] == 0:
         return Y
     _, inverse = torch.unique(Y, dim=0, return_inverse=True)  # (m,) the distinct row of each
     position = torch.arange(Y.shape[0], device=Y.device)  # (m,)
@@ -157,7 +163,8 @@ def distinct_rows(Y: Tensor) -> Tensor:
 def warn_if_codes_coincide(C: Tensor, stacklevel: int) -> None:
     """scikit-learn's ``ConvergenceWarning`` where the seeded codebook ``C`` (k, d) has fewer
     distinct codes than ``k``: the seeding batch held fewer distinct rows than codes."""
-    k = int(C.shape[0])
+    k = int(check_matrix(C, "C", "(k, d)").shape[0])
+    stacklevel = check_positive_int(stacklevel, "stacklevel")
     distinct = int(distinct_rows(C).shape[0])
     if distinct < k:
         warnings.warn(f"Number of distinct codes ({distinct}) found smaller than n_codes ({k}): "

@@ -31,9 +31,10 @@ import torch
 from torch import Tensor
 
 from . import progress
+from ._validation import check_real
 from .hartigan import hartigan, holds_weight
 from .lloyd import LloydResult, lloyd
-from .passes import Data
+from .passes import Data, check_data
 from .seeding import initial_centers
 from .starts import _check_run
 from .swaps import SwapResult, swap_search
@@ -88,7 +89,13 @@ def search_budget(n_total: int, n_search: int, k: int, d: int) -> int:
 def sample_misjudges(sample: Data, data: Data, J_sample: float, J_all: float) -> bool:
     """Whether ``J_all`` of all the rows ``data`` exceeds ``J_sample`` of the rows ``sample``
     drawn from them, scaled by the ratio of their weights (every rank's rows), by more than
-    ``SAMPLE_TOLERANCE`` of it."""
+    ``SAMPLE_TOLERANCE`` of it. ``sample`` and ``data`` are
+    :class:`~rbfkmeans.passes.Data` and the ``J`` finite numbers (a cosine pass's ``J`` may
+    round below 0 by a few ulps), else ``TypeError`` / ``ValueError`` naming them."""
+    check_data(sample, "sample")
+    check_data(data)
+    J_sample = check_real(J_sample, "J_sample")
+    J_all = check_real(J_all, "J_all")
     return misjudged(sample.total_weight(), J_sample, data.total_weight(), J_all)
 
 

@@ -39,6 +39,7 @@ from sklearn.exceptions import ConvergenceWarning
 from torch import Tensor
 
 from . import progress, subspace
+from ._validation import check_positive_int
 from .lloyd import LloydResult, bounds_pay, lloyd
 from .passes import Data, cluster_stats
 from .refine import Refinement, misjudged
@@ -106,7 +107,9 @@ def search_rows(k: int, d: int) -> int:
     more than twice as many: ``max(f SEARCH_MIN_ROWS, SEARCH_ROWS_PER_CLUSTER k)``, the floor
     scaled by ``f = min(1, 32 / d)`` on wider data (a row costs ``d`` products), by at most
     1/16. The rows per cluster are not: on a mixture of 4,096 unequal Gaussians in 128
-    dimensions, k = 1,024, 64 per cluster left the fit 2.2% above KMeans(n_init=1), 256 0.7%."""
+    dimensions, k = 1,024, 64 per cluster left the fit 2.2% above KMeans(n_init=1), 256 0.7%.
+    ``k`` and ``d`` are integers ``>= 1``, else ``TypeError`` / ``ValueError`` naming them."""
+    k, d = check_positive_int(k, "k"), check_positive_int(d, "d")
     f = max(1.0 / 16.0, min(1.0, 32.0 / d))
     return max(math.ceil(SEARCH_MIN_ROWS * f), k * SEARCH_ROWS_PER_CLUSTER)
 

@@ -83,18 +83,22 @@ def kmeans_plusplus(
 ) -> Tensor:
     r"""Greedy k-means++ seeding (module docstring): ``n_clusters`` centres (k, d), each the best
     of ``n_local_trials`` (default ``2 + log k``) candidates drawn with probability
-    ``w_i D(x_i)^2``."""
+    ``w_i D(x_i)^2``. ``n_clusters`` and ``n_local_trials`` are integers from 1 to the number
+    of rows (over all ranks; a trial draws a row), else ``ValueError`` naming them."""
     check_data(data)
     k = check_positive_int(n_clusters, "n_clusters")
     trials = 2 + int(math.log(k)) if n_local_trials is None \
         else check_positive_int(n_local_trials, "n_local_trials")
     comm = data.comm
     n, d = data.n, data.d
-    w = torch.ones(n, dtype=torch.float64, device=data.X.device) if data.w is None \
-        else data.w.double()
     counts = comm.counts(n)
     if sum(counts) < k:
         raise ValueError(f"n_samples={sum(counts)} should be >= n_clusters={k}")
+    if n_local_trials is not None and trials > sum(counts):
+        raise ValueError(f"n_local_trials must be at most the number of rows n_samples="
+                         f"{sum(counts)} (each trial draws a row); got {n_local_trials!r}")
+    w = torch.ones(n, dtype=torch.float64, device=data.X.device) if data.w is None \
+        else data.w.double()
     total = w.sum().reshape(1)
     comm.sum_(total)
     if not float(total) > 0:  # every draw would take row 0: k copies of one row

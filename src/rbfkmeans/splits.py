@@ -52,10 +52,15 @@ class Subsample:
     """Growing random subsets of the rows of ``data``: :meth:`take` keeps the rows whose place in
     one random permutation of all rows (of every rank, drawn from ``generator``, the same on
     every rank) comes first, so each subset contains the smaller ones and a distributed run
-    keeps exactly the rows one process would keep of the concatenated data."""
+    keeps exactly the rows one process would keep of the concatenated data. ``data`` is a
+    :class:`~rbfkmeans.passes.Data`, ``generator`` None or a ``torch.Generator``, else
+    ``TypeError`` naming them."""
 
     def __init__(self, data: Data, generator: torch.Generator | None = None) -> None:
-        self.data = data
+        self.data = check_data(data)
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be None or a torch.Generator; got "
+                            f"{type(generator).__name__} {generator!r}")
         counts = data.comm.counts(data.n)
         self.total = sum(counts)
         start = sum(counts[: data.comm.rank])
@@ -282,6 +287,9 @@ def anneal_splits(
         raise ValueError("anneal_splits needs a soft assignment (softmax, entmax15, sparsemax); "
                          f"got assignment={entry.name!r}")
     k = check_positive_int(n_clusters, "n_clusters")
+    n_total = sum(data.comm.counts(data.n))
+    if k > n_total:
+        raise ValueError(f"n_samples={n_total} should be >= n_clusters={k}")
     for name, v in (("cooling", cooling), ("jump", jump), ("split_margin", split_margin)):
         if not (isinstance(v, int | float) and 0 < v < 1):
             raise ValueError(f"{name} must be a number in (0, 1); got {v!r}")

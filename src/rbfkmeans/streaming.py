@@ -38,7 +38,9 @@ from ._validation import (
     check_positive_int,
     check_temperature,
     check_vector,
+    check_within_reach,
     compute_dtype,
+    largest_magnitude,
 )
 from .assignments import Assignment, get_assignment
 from .comm import Comm, raise_if_rejected
@@ -152,9 +154,16 @@ class MiniBatchKMeans:
     def _step(self, X: Tensor, w: Tensor | None) -> None:
         assert self.C is not None
         assert self.counts is not None
-        self.C, self.counts, J = minibatch_step(self._data(self.frame.enter(X), w), self.C,
-                                                self.counts, self.frame.sq_to(self.T),
-                                                self.assignment)
+        data = self._data(self.frame.enter(X), w)
+        try:
+            data.check_centroids(self.C)
+        except ValueError as exc:  # the rows, in the frame of the first batches, are too far
+            raise ValueError(
+                "batches: a batch lies too far from the centroids of the first batches for "
+                f"{data.X.dtype} (its squared distances overflow); rescale the batches alike "
+                f"({exc})") from None
+        self.C, self.counts, J = minibatch_step(data, self.C, self.counts,
+                                                self.frame.sq_to(self.T), self.assignment)
         self.inertia += J
         self.steps += 1
 
@@ -214,7 +223,9 @@ def macqueen_updates(
     (the inputs are not modified). With ``metric="cosine"`` the rows are normalised and the
     centroids projected back onto the unit sphere after every point (online spherical k-means).
     Computed in the wider of ``X``'s and ``C``'s dtypes (float16 and bfloat16 in float32), the
-    distances of each point in float64.
+    distances of each point in float64: rows and centroids whose squared distances overflow
+    float64, or whose differences overflow the working dtype, raise ``ValueError`` naming the
+    larger of ``X`` and ``C`` (one reduction over each).
     """
     entry = get_assignment(assignment)
     T = check_temperature(T, "T")
@@ -230,6 +241,8 @@ def macqueen_updates(
         if bool((w < 0).any()):
             raise ValueError("w must be >= 0; got a negative entry")
     dt = compute_dtype(torch.promote_types(X.dtype, C.dtype))  # float16 -> float32
+    if not geometry.spherical:  # (unit rows and centroids are always within reach)
+        _check_reach(largest_magnitude(X), largest_magnitude(C), X.shape[1], dt)
     X = geometry.prepare(X.to(dt), "X")
     C = geometry.project(C.to(dt).clone(), None, "C")
     counts = counts.to(dt).clone()
@@ -250,6 +263,17 @@ def macqueen_updates(
         if geometry.spherical:
             C = geometry.project(C, C_old, "C")
     return C, counts
+
+
+def _check_reach(x: float, c: float, d: int, dt: torch.dtype) -> None:
+    """Raise ``ValueError`` naming the larger of ``X`` (entries up to ``x``) and ``C`` (up to
+    ``c``) unless their squared distances over ``d`` features are finite in float64 and their
+    differences ``x - c`` in the working dtype ``dt``: else NaN memberships and counts."""
+    name, far_from = ("X", "the centroids C") if x >= c else ("C", "the rows of X")
+    check_within_reach(x, c, d, torch.float64, name=name, far_from=far_from)
+    if not x + c < torch.finfo(dt).max:
+        raise ValueError(f"{name} lies too far from {far_from} for {dt}: their differences "
+                         f"overflow (entries of x - c up to {x + c:.3g}); rescale {name}")
 
 
 def batch_data(item: Any) -> Any:
@@ -280,8 +304,25 @@ def array_batches(
     """Blocks of ``batch_size`` consecutive rows of the 2-D array ``X`` (views, never a copy of
     ``X``; a ``numpy.memmap`` is read a block at a time; a pandas DataFrame by position, its
     blocks DataFrames), in an order shuffled by ``rng``, each with its rows of
-    ``sample_weight`` (or ``None``). ``batch_size`` is an integer ``>= 1``."""
+    ``sample_weight`` (or ``None``). ``batch_size`` is an integer ``>= 1``, ``rng`` a
+    ``numpy.random.RandomState`` (or ``Generator``); they and ``X`` are checked at the call,
+    before the first batch (``TypeError`` / ``ValueError`` naming them)."""
+    shape = getattr(X, "shape", None)
+    if not isinstance(shape, tuple) or len(shape) != 2:
+        raise TypeError(f"X must be a 2-D array (n, d) with a shape (a NumPy array, a memmap, "
+                        f"a DataFrame); got {type(X).__name__}"
+                        + ("" if shape is None else f" of shape {tuple(shape)}"))
     batch_size = check_positive_int(batch_size, "batch_size")
+    if not isinstance(rng, np.random.RandomState | np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.RandomState; got {type(rng).__name__} "
+                        f"{rng!r}")
+    return _array_blocks(X, sample_weight, batch_size, rng)
+
+
+def _array_blocks(X: Any, sample_weight: Any, batch_size: int,
+                  rng: np.random.RandomState | np.random.Generator
+                  ) -> Iterator[tuple[Any, Any]]:
+    """The blocks of :func:`array_batches`, on checked arguments."""
     n = int(X.shape[0])
     rows = X.iloc if hasattr(X, "iloc") else X
     starts = np.arange(0, n, batch_size)

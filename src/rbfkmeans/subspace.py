@@ -66,8 +66,21 @@ def principal_subspace(data: Data, rows: Tensor) -> Subspace:
     eigenvectors of their covariance (float64, ``O(m d^2)``, once per fit) by decreasing
     eigenvalue, the fewest that hold :data:`VARIANCE` of the variance, between
     :data:`MIN_DIM` and :data:`MAX_DIM` of them. Sparse rows, or fewer rows than features,
-    take them matrix-free (:func:`_matrix_free_subspace`)."""
+    take them matrix-free (:func:`_matrix_free_subspace`). ``rows`` is a 1-D integer tensor of
+    row indices in ``[0, n)``, else ``TypeError`` / ``ValueError`` naming it."""
     check_data(data)
+    if not isinstance(rows, Tensor) or rows.is_floating_point() or rows.is_complex() \
+            or rows.dtype == torch.bool:
+        raise TypeError(f"rows must be an integer torch.Tensor of row indices; got "
+                        f"{getattr(rows, 'dtype', type(rows).__name__)}")
+    if rows.dim() != 1:
+        raise ValueError(f"rows must be a 1-D tensor of row indices; got shape "
+                         f"{tuple(rows.shape)}")
+    if rows.numel():
+        lo, hi = (int(v) for v in torch.aminmax(rows))
+        if lo < 0 or hi >= data.n:
+            raise ValueError(f"rows must be row indices in [0, {data.n}) (n={data.n}); got "
+                             f"{lo if lo < 0 else hi}")
     if is_sparse(data.X) or rows.numel() < data.d:  # wider than tall: never a d x d matrix
         return _matrix_free_subspace(data, rows)
     X = data.X[rows]  # (m, d)
