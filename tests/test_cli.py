@@ -176,6 +176,9 @@ BAD_CSV = {
     "gap_lead.csv": (",2,3\n4,5,6\n", r"gap_lead.csv: line 1, column 1: empty field"),
     "gap_later.csv": ("a,b\n1,2\n3,\n", r"gap_later.csv: line 3, column 2: empty field"),
     "commas_only.csv": ("1,2\n,\n3,4\n", r"commas_only.csv: line 2, column 1: empty field"),
+    # a quoted empty field in a file of one column: a missing value (it had been skipped as a
+    # blank line, the rows after it moving up one)
+    "quoted_empty.csv": ('1\n""\n3\n', r"quoted_empty.csv: line 2, column 1: empty field"),
     "narrow_header.csv": ("a,b,c\n1,2\n", r"narrow_header.csv: line 1: the header has 3 names, "
                           r"the rows 2 values"),
     "multiline.csv": ('"a\nb",c\n1,2\n3,x\n', r"multiline.csv: line 4, column 2: 'x' is not a "

@@ -166,8 +166,10 @@ def _read_csv(path: Path, delimiter: str) -> tuple[np.ndarray, list[str] | None,
 
 
 def _is_blank(fields: list[str]) -> bool:
-    """An empty line (no fields) or a line of spaces (one blank field)."""
-    return not fields or (len(fields) == 1 and not fields[0].strip())
+    """An empty line (no fields) or a line of spaces (one blank field). A line ``""`` is one
+    empty field (the csv module reads an empty line as no fields): in a file of one column, a
+    missing value, not a blank line."""
+    return not fields or (len(fields) == 1 and fields[0] != "" and not fields[0].strip())
 
 
 def _number(s: str) -> float:
