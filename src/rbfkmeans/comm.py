@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Iterable
+from numbers import Integral, Real
 
 import torch
 from torch import Tensor
@@ -62,7 +63,12 @@ class Comm:
         return f"Comm(active={self.active}, rank={self.rank}, world_size={self.world_size})"
 
     def sum_(self, *tensors: Tensor) -> None:
-        """In-place sum of each tensor over all ranks (one collective for all of them)."""
+        """In-place sum of each tensor over all ranks (one collective for all of them);
+        ``TypeError`` naming the argument for anything but a tensor (a type check, no sync)."""
+        for i, t in enumerate(tensors):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"sum_ takes tensors; got {type(t).__name__} {t!r} as argument "
+                                f"{i}")
         if not self.active or not tensors:
             return
         flat = torch.cat([t.reshape(-1).to(self.device, torch.float64) for t in tensors])
@@ -74,7 +80,12 @@ class Comm:
             offset += n
 
     def sum_scalars(self, *values: float) -> list[float]:
-        """The sums of the given numbers over all ranks."""
+        """The sums of the given numbers over all ranks (real numbers or one-element tensors;
+        ``TypeError`` naming the argument otherwise)."""
+        for i, v in enumerate(values):
+            if not isinstance(v, Real | Tensor):
+                raise TypeError(f"sum_scalars takes real numbers; got {type(v).__name__} {v!r} "
+                                f"as argument {i}")
         if not self.active:
             return [float(v) for v in values]
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
@@ -99,7 +110,13 @@ class Comm:
                 t.copy_(buf)
 
     def counts(self, n_local: int) -> list[int]:
-        """Number of rows on each rank."""
+        """Number of rows on each rank; ``n_local`` an integer >= 0 (``TypeError``/``ValueError``
+        naming it otherwise)."""
+        if isinstance(n_local, bool) or not isinstance(n_local, Integral):
+            raise TypeError(f"n_local must be an integer; got {type(n_local).__name__} "
+                            f"{n_local!r}")
+        if n_local < 0:
+            raise ValueError(f"n_local must be an integer >= 0; got {n_local!r}")
         if not self.active:
             return [n_local]
         t = torch.tensor([n_local], dtype=torch.int64)

@@ -53,7 +53,21 @@ def removal_costs(data: Data, C: Tensor, labels: Tensor) -> Tensor:
     the increase of ``J`` when ``c_a`` is deleted and its rows go to their second-nearest
     centroid (``labels`` the nearest of each row; ``k >= 2``)."""
     C = check_data(data).check_centroids(C)
-    return _removal_and_own(data, C, check_labels(data, labels, C.shape[0]))[0]
+    return _removal_and_own(data, C, _check_labels(data, labels, C))[0]
+
+
+def _check_labels(data: Data, labels: Tensor, C: Tensor) -> Tensor:
+    """:func:`~rbfkmeans.passes.check_labels` against ``C``'s ``k`` rows; where the labels are
+    valid indices but reach past ``C`` (a ``C`` short of rows, say), the error also names ``C``
+    and its shape (only on that path: nothing more is read where they fit)."""
+    try:
+        return check_labels(data, labels, C.shape[0])
+    except ValueError as exc:
+        if isinstance(labels, Tensor) and labels.shape == (data.n,) \
+                and labels.dtype == torch.long and data.n and int(labels.min()) >= 0:
+            raise ValueError(f"{exc}: one label per row of C, which has {C.shape[0]} rows "
+                             f"(shape {tuple(C.shape)})") from None
+        raise
 
 
 def _removal_and_own(data: Data, C: Tensor, labels: Tensor) -> tuple[Tensor, Tensor | None]:
@@ -220,7 +234,7 @@ def swap_costs(
     """
     C = check_data(data).check_centroids(C)
     k, d = C.shape
-    labels = check_labels(data, labels, k)
+    labels = _check_labels(data, labels, C)
     power_iter = check_positive_int(power_iter, "power_iter")
     comm, dev = data.comm, data.X.device
     fused = kernels.usable(data.X, k, gains=k)  # few features on the CPU: two fused sweeps

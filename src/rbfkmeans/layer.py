@@ -20,11 +20,12 @@ normalised inputs ``x_hat = x / ||x||``, and the centroids are kept on the unit 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
+from torch.nn.modules.module import _IncompatibleKeys
 
 from ._validation import (
     check_bool,
@@ -45,6 +46,8 @@ from .objectives import objective_from_distances
 
 __all__ = ["KMeansLayer"]
 
+_Result = TypeVar("_Result")
+
 
 def _sparse_row_sq(X: Tensor) -> Tensor:
     """``||x_i||^2`` (n,) of a 2-D sparse (COO or CSR) tensor, as a dense tensor."""
@@ -60,6 +63,50 @@ def _divided(t: Tensor, by: float) -> Tensor:
     if abs(by) < torch.finfo(t.dtype).tiny:
         return (t.double() / by).to(t.dtype)
     return t / by
+
+
+def _same_bits(a: Tensor, b: Tensor) -> bool:
+    """Whether ``a`` and ``b`` hold the same bits (``-0.0`` is not ``0.0``, a NaN equals
+    itself), for tensors of one dtype, shape and device."""
+    if a.is_floating_point():
+        as_int = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}
+        bits = as_int[a.element_size()]
+        return torch.equal(a.view(bits), b.view(bits))
+    return torch.equal(a, b)
+
+
+def load_all_or_nothing(module: nn.Module, state_dict: Mapping[str, Any],
+                        load: Callable[[], _Result]) -> _Result:
+    """``load()`` (``module``'s ``nn.Module.load_state_dict`` of ``state_dict``), all or
+    nothing: if it raises anything (torch's ``RuntimeError`` for unexpected or missing keys and
+    size mismatches, after it has copied what it could; a check of a value; a
+    ``KeyboardInterrupt``), every parameter and buffer of ``module`` (and of its submodules)
+    named in ``state_dict`` is put back, in place (``copy_`` under ``no_grad``, so that the
+    references others hold, an optimiser's above all, stay valid; a tensor that
+    ``assign=True`` replaced is put back itself), and so is the extra state of every module
+    that keeps one; the exception then propagates unchanged.
+
+    A snapshot of those tensors is kept for the call (one copy of each)."""
+    held = []  # (store, name, tensor, copy): the tensors the load may write
+    for path, m in module.named_modules():
+        for store in (m._parameters, m._buffers):
+            for name, t in store.items():
+                if t is not None and (f"{path}.{name}" if path else name) in state_dict:
+                    held.append((store, name, t, t.detach().clone()))
+    extra = [(m, m.get_extra_state()) for m in module.modules()
+             if type(m).set_extra_state is not nn.Module.set_extra_state]
+    try:
+        return load()
+    except BaseException:
+        with torch.no_grad():
+            for store, name, t, saved in held:
+                if store.get(name) is not t:  # replaced (assign=True)
+                    store[name] = t
+                if not t.is_meta and not _same_bits(t.detach(), saved):
+                    t.copy_(saved)
+            for m, state in extra:
+                m.set_extra_state(state)
+        raise
 
 
 class KMeansLayer(nn.Module):
@@ -185,15 +232,35 @@ class KMeansLayer(nn.Module):
         # all checked before any is set: a bad state leaves the layer as it was
         self._temperature, self._assignment, self._metric = _checked_state(state)
 
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True,
+                        assign: bool = False) -> _IncompatibleKeys:
+        """``nn.Module.load_state_dict``, all or nothing: a state that raises (a check of this
+        layer's values, or torch's ``RuntimeError`` for unexpected or missing keys and size
+        mismatches) leaves the centroids and the extra state as they were, bit for bit, and
+        the exception propagates (:func:`load_all_or_nothing`). This covers direct calls; a
+        parent module's ``load_state_dict`` reaches the layer through
+        ``_load_from_state_dict``, which checks the values (finite dense centroids, the extra
+        state) before anything is copied, but leaves it to torch (copied in part) on torch's
+        own errors."""
+        return load_all_or_nothing(self, state_dict, lambda: super(KMeansLayer, self)
+                                   .load_state_dict(state_dict, strict=strict, assign=assign))
+
     def _load_from_state_dict(self, state_dict: Mapping[str, Any], prefix: str,
                               *args: Any, **kwargs: Any) -> None:
         C = state_dict.get(prefix + "centroids")
+        if isinstance(C, Tensor):
+            check_dense(C, f"{prefix}centroids in the state dict")
         if isinstance(C, Tensor) and not C.is_meta and not bool(torch.isfinite(C).all()):
             raise ValueError(f"{prefix}centroids in the state dict must be finite; got NaN or "
                              "inf entries (the layer is left as it was)")
-        extra = state_dict.get(prefix + "_extra_state")
-        if extra is not None:
-            _checked_state(extra)  # before torch copies anything
+        own = self.centroids.dtype
+        if isinstance(C, Tensor) and not C.is_meta and C.is_floating_point() and C.dtype != own \
+                and not bool(torch.isfinite(C.detach().to(own)).all()):  # 1e300 into float32
+            raise ValueError(f"{prefix}centroids in the state dict must be finite in the layer's "
+                             f"{own}; got entries beyond its range (largest |c| "
+                             f"{float(C.detach().abs().max()):.3g}; the layer is left as it was)")
+        if prefix + "_extra_state" in state_dict:  # before torch copies anything
+            _checked_state(state_dict[prefix + "_extra_state"])
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:

@@ -49,10 +49,12 @@ number of times; evaluation (``model.eval()``) is local.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import torch
 from torch import Tensor, nn
+from torch.nn.modules.module import _IncompatibleKeys
 
 from ._validation import check_positive_int, compute_dtype
 from .assignments import check_assignment
@@ -60,13 +62,16 @@ from .codebook import CodebookUpdates, code_perplexity
 from .comm import Comm
 from .distances import sq_distances
 from .inference import check_reach
+from .layer import load_all_or_nothing
 from .metrics import check_metric, get_metric
 from .objectives import objective_from_distances
 from .quantizer_checks import (
     CODEBOOK_DTYPES,
     check_choice,
+    check_extra_state,
     check_indices,
     check_input,
+    check_loaded_state,
     check_number,
     check_quantizer_temperature,
     check_seed,
@@ -249,8 +254,30 @@ class VectorQuantizer(CodebookUpdates, nn.Module):
         return {"temperature": self.temperature, "generator": self._generator.get_state()}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
-        self.temperature = state["temperature"]
-        self._generator.set_state(state["generator"])
+        # all checked before any is set: a bad state leaves the quantizer as it was
+        temperature, generator = check_extra_state(state)
+        self._generator.set_state(generator)
+        self._temperature = temperature
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True,
+                        assign: bool = False) -> _IncompatibleKeys:
+        """``nn.Module.load_state_dict``, all or nothing: a state that raises (a check of the
+        quantizer's values, or torch's ``RuntimeError`` for unexpected or missing keys and size
+        mismatches) leaves the codebook, the buffers, the temperature and the generator as
+        they were, bit for bit, and the exception propagates
+        (:func:`~rbfkmeans.layer.load_all_or_nothing`). This covers direct calls; a parent
+        module's ``load_state_dict`` reaches the quantizer through ``_load_from_state_dict``,
+        which checks the values (:func:`~rbfkmeans.quantizer_checks.check_loaded_state`)
+        before anything is copied, but leaves it to torch (copied in part) on torch's own
+        errors."""
+        return load_all_or_nothing(self, state_dict, lambda: super(VectorQuantizer, self)
+                                   .load_state_dict(state_dict, strict=strict, assign=assign))
+
+    def _load_from_state_dict(self, state_dict: Mapping[str, Any], prefix: str,
+                              *args: Any, **kwargs: Any) -> None:
+        # every value checked (naming its key) before torch copies anything
+        check_loaded_state(state_dict, prefix, self.codebook.dtype, self._spherical)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
         return (f"dim={self.dim}, n_codes={self.n_codes}, metric={self.metric!r}, "

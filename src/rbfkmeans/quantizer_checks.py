@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping
 from numbers import Real
 from typing import Any
 
@@ -31,8 +32,10 @@ __all__ = [
     "SEED_MAX_RBFKMEANS",
     "check_choice",
     "check_codebook_dtype",
+    "check_extra_state",
     "check_indices",
     "check_input",
+    "check_loaded_state",
     "check_number",
     "check_quantizer_temperature",
     "check_seed",
@@ -94,6 +97,95 @@ def check_seed(seed: Any, init: str) -> int:
     if value > top:
         raise ValueError(f"seed must be an integer in [0, {bound}]{why}; got {seed!r}")
     return value
+
+
+#: the keys of a quantizer's extra state (what ``get_extra_state`` returns)
+EXTRA_STATE_KEYS = ("temperature", "generator")
+
+
+def check_extra_state(state: Any) -> tuple[float, Tensor]:
+    """The temperature and the generator state (a CPU ``uint8`` tensor) of a quantizer's extra
+    state, a dict ``{"temperature": T, "generator": torch.Generator().get_state()}``, each
+    checked; else raise ``TypeError`` or ``ValueError`` saying what is wrong. The generator
+    state is tried on a generator of its own, so nothing is set before all is checked."""
+    keys = " and ".join(map(repr, EXTRA_STATE_KEYS))
+    if not isinstance(state, Mapping):
+        shown = f"of shape {tuple(state.shape)}" if isinstance(state, Tensor) else repr(state)
+        raise TypeError(f"the quantizer's extra state must be a dict with keys {keys}; got "
+                        f"{type(state).__name__} {shown}"[:300])
+    if set(state) != set(EXTRA_STATE_KEYS):
+        raise ValueError(f"the quantizer's extra state must be a dict with keys {keys}; got "
+                         f"the keys {sorted(map(str, state))}")
+    T = check_quantizer_temperature(state["temperature"])
+    g = state["generator"]
+    if not isinstance(g, Tensor) or g.dtype != torch.uint8:
+        raise TypeError("the generator in the quantizer's extra state must be a uint8 tensor "
+                        "(torch.Generator.get_state()); got "
+                        f"{getattr(g, 'dtype', type(g).__name__)}")
+    scratch = torch.Generator()
+    try:
+        if g.dim() != 1 or g.layout != torch.strided or g.is_meta:
+            raise RuntimeError(f"a 1-D dense tensor with values is expected; got shape "
+                               f"{tuple(g.shape)}, layout {g.layout}, device {g.device}")
+        g = g.detach().cpu()
+        scratch.set_state(g)
+    except RuntimeError as exc:
+        raise ValueError(f"the generator in the quantizer's extra state must be the state of a "
+                         f"CPU torch.Generator ({scratch.get_state().numel()} bytes); got "
+                         f"{g.numel()} bytes that torch refuses: {exc}") from None
+    return T, g
+
+
+def check_loaded_state(state_dict: Mapping[str, Any], prefix: str, dtype: torch.dtype,
+                       spherical: bool) -> None:
+    """Raise ``TypeError`` or ``ValueError`` naming the key unless the quantizer's tensors in
+    ``state_dict`` (under ``prefix``) hold what the module keeps: a dense real ``codebook``
+    finite in the module's ``dtype`` (for cosine, every code non-zero: a direction; its norm is
+    free, the forward puts the codes back on the unit sphere), ``counts`` finite and ``>= 0``,
+    ``unused_steps`` integers ``>= 0``, ``initialized`` a flag (0 or 1), and the extra state
+    (:func:`check_extra_state`). Entries that are missing, not tensors, on the meta device or
+    of another shape are left to torch's own checks. Modifies nothing."""
+    for name in ("codebook", "counts", "unused_steps", "initialized"):
+        t = state_dict.get(prefix + name)
+        if not isinstance(t, Tensor):
+            continue
+        key = f"{prefix}{name} in the state dict"
+        check_dense(t, key)
+        if t.is_meta or t.numel() == 0:
+            continue
+        t = t.detach()
+        if name == "codebook":
+            C = t.to(dtype)
+            bad = ~torch.isfinite(C)
+            if bool(bad.any()):
+                what = "entries beyond its range" if bool(torch.isfinite(t).all()) \
+                    else "NaN or inf entries"
+                raise ValueError(f"{key} must be finite in {dtype}; got {int(bad.sum())} {what} "
+                                 "(the quantizer is left as it was)")
+            if spherical and C.dim() == 2 and C.shape[1] > 0:
+                zero = (C == 0).all(dim=1)  # (k,)
+                if bool(zero.any()):
+                    raise ValueError(f"{key} must have no zero code with metric='cosine' (a code "
+                                     f"is a direction); got code {int(zero.nonzero()[0])} zero "
+                                     f"({int(zero.sum())} in all)")
+        elif name == "counts":
+            bad = ~torch.isfinite(t.double()) | (t < 0)
+            if bool(bad.any()):
+                raise ValueError(f"{key} must hold finite counts >= 0; got {int(bad.sum())} "
+                                 f"NaN, inf or negative entries (e.g. {t[bad][0].item()!r})")
+        elif name == "unused_steps":
+            bad = t < 0
+            if t.is_floating_point():  # copied into int64: whole numbers in its range
+                bad |= ~torch.isfinite(t) | (t != t.floor()) | (t >= 2.0**63)
+            if bool(bad.any()):
+                raise ValueError(f"{key} must hold integers >= 0 (the batches each code went "
+                                 f"unused); got {int(bad.sum())} bad entries (e.g. "
+                                 f"{t[bad][0].item()!r})")
+        elif not bool(((t == 0) | (t == 1)).all()):
+            raise ValueError(f"{key} must be a flag, True or False; got "
+                             f"{t.reshape(-1)[:4].tolist()!r}")
+    if prefix + "_extra_state" in state_dict:
+        check_extra_state(state_dict[prefix + "_extra_state"])
 
 
 def check_codebook_dtype(codebook: Tensor) -> None:

@@ -101,7 +101,8 @@ def fold_repeats(X: Tensor, sample_weight: Tensor | None = None, *, min_saving: 
                                       or sample_weight.shape != (n,)):
         raise ValueError(f"sample_weight must be a tensor of shape ({n},); got "
                          f"{type(sample_weight).__name__} "
-                         f"{tuple(getattr(sample_weight, 'shape', ()))}")
+                         f"{tuple(getattr(sample_weight, 'shape', ()))}: one weight per row of "
+                         f"X (shape {tuple(X.shape)})")
     if sample_weight is not None:  # one look at n weights, once per fit
         check_finite(check_tensor(sample_weight, "sample_weight"), "sample_weight")
         if bool((sample_weight < 0).any()):

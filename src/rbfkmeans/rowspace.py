@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ._validation import check_matrix, check_positive_int
+from ._validation import check_finite, check_matrix, check_positive_int
 
 __all__ = ["ROW_SPACE_MAX_ENTRIES", "ROW_SPACE_MAX_ROWS", "RowSpace", "row_space_applies"]
 
@@ -55,8 +55,9 @@ class RowSpace:
     @classmethod
     def of(cls, X: Tensor, *, centred: bool = True) -> tuple[RowSpace, Tensor]:
         """The span of the rows of ``X`` (n, d) and their coordinates ``Z`` (n, n) in it, in
-        ``X``'s dtype; ``centred=False`` takes the linear span (``mu = 0``, for cosine)."""
-        check_matrix(X, "X")
+        ``X``'s dtype; ``centred=False`` takes the linear span (``mu = 0``, for cosine). NaN or
+        inf in ``X`` raise ``ValueError`` naming ``X`` (one sum)."""
+        check_finite(check_matrix(X, "X"), "X")
         Xd = X.to(torch.float64, copy=True)  # (n, d), centred in place: one copy of the rows
         mu = Xd.mean(dim=0) if centred else Xd.new_zeros(X.shape[1])  # (d,)
         Q, R = torch.linalg.qr(Xd.sub_(mu).T, mode="reduced")  # (d, n), (n, n)
@@ -64,8 +65,8 @@ class RowSpace:
 
     def leave(self, C: Tensor) -> Tensor:
         """Points ``C`` (k, n) of the span's coordinates in the data's: ``mu + C Q^T`` (k, d),
-        float64."""
-        check_matrix(C, "C", "(k, n)")
+        float64. NaN or inf in ``C`` raise ``ValueError`` naming ``C``."""
+        check_finite(check_matrix(C, "C", "(k, n)"), "C")
         if C.shape[1] != self.Q.shape[1]:
             raise ValueError(f"C must have {self.Q.shape[1]} columns (the span's dimension); "
                              f"got shape {tuple(C.shape)}")

@@ -91,13 +91,19 @@ def sphere_eigmax(tangent_eigmax: float, mean_norm: float) -> float:
     """``lambda_max(P Sigma P) / max(||mu||, MIN_MEAN_NORM)``: on the sphere, the eigenvalue
     that plays the part of ``lambda_max(Sigma)``, ``T_c = critical_temperature_factor * this``
     (module docstring). ``mean_norm``, the norm of a mean of unit rows, lies in ``[0, 1]`` (up
-    to rounding: 1e-5 above 1 is taken as 1's rounding); more raises ``ValueError``."""
+    to rounding: 1e-5 above 1 is taken as 1's rounding); more raises ``ValueError``, and so does
+    a ``tangent_eigmax`` whose quotient overflows float64 (that of unit rows is at most 1)."""
     tangent_eigmax = check_real(tangent_eigmax, "tangent_eigmax", minimum=0.0)
     mean_norm = check_real(mean_norm, "mean_norm", minimum=0.0)
     if mean_norm > 1.0 + _MEAN_NORM_SLACK:
         raise ValueError(f"mean_norm must be <= 1 (the norm of a mean of unit rows); got "
                          f"{mean_norm!r}")
-    return float(tangent_eigmax) / max(float(mean_norm), MIN_MEAN_NORM)
+    value = float(tangent_eigmax) / max(float(mean_norm), MIN_MEAN_NORM)
+    if not math.isfinite(value):
+        raise ValueError(f"tangent_eigmax / max(mean_norm, {MIN_MEAN_NORM:g}) overflows float64 "
+                         f"(the eigenvalue of unit rows' covariance is at most 1); got "
+                         f"tangent_eigmax={tangent_eigmax!r}, mean_norm={mean_norm!r}")
+    return value
 
 
 def critical_temperature(
@@ -116,6 +122,11 @@ def critical_temperature(
     not read). Raises ``ValueError`` naming ``X`` when it has no rows, naming ``sample_weight``
     when the weights sum to zero (no data, no spread), and naming ``X`` when its squared
     deviations overflow float64."""
+    if eigmax is None and isinstance(X, Tensor) and isinstance(sample_weight, Tensor) \
+            and X.dim() == 2 and tuple(sample_weight.shape) != (X.shape[0],):
+        raise ValueError(f"sample_weight must have shape ({X.shape[0]},); got "
+                         f"{tuple(sample_weight.shape)}: one weight per row of X (shape "
+                         f"{tuple(X.shape)})")
     if eigmax is not None:
         lam = check_real(eigmax, "eigmax", minimum=0.0)
     elif check_metric(metric) == "cosine":

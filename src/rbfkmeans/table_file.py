@@ -196,13 +196,20 @@ def _is_header(fields: list[str]) -> bool:
 
 def header_warning(header: list[str] | None) -> str | None:
     """A warning for a header of which some names are numbers (``id,1``, or a data row with a
-    mistyped word: ``0.5,abc,2`` would leave the data one row short), None otherwise."""
+    mistyped word: ``0.5,abc,2`` would leave the data one row short), None otherwise.
+    ``header`` is None or a list of strings (``TypeError`` naming it otherwise)."""
     if header is None:
         return None
+    if not isinstance(header, list | tuple) or not all(isinstance(n, str) for n in header):
+        raise TypeError(f"header must be None or a list of strings (the field names); got "
+                        f"{header!r}")
     numbers = [col for col, name in enumerate(header, start=1) if _is_number(name)]
     if not numbers:
         return None
     words = [name for name in header if name and not _is_number(name)]
+    if not words:  # no field is a word (read_matrix makes no such header)
+        return (f"the first row was read as a header, though {len(numbers)} of its "
+                f"{len(header)} fields are numbers and none is a name")
     return (f"the first row was read as a header, though {len(numbers)} of its {len(header)} "
             f"fields are numbers; if it is a data row, {words[0]!r} is not a number (the fit "
             "then misses that row)")

@@ -31,14 +31,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._validation import check_tensor
+from .._validation import check_positive_int, check_tensor
 
 __all__ = ["affine_images", "check_image_shape", "random_affine", "random_shift"]
 
 
 def check_image_shape(image_shape: object, n_features: int | None = None) -> tuple[int, int, int]:
     """``image_shape`` as ``(c, h, w)`` (a pair ``(h, w)`` means one channel), checked against the
-    row width ``n_features`` when given; ``ValueError`` naming the value otherwise."""
+    row width ``n_features`` (an integer >= 1) when given; ``ValueError`` naming the value
+    otherwise."""
+    if n_features is not None:
+        n_features = check_positive_int(n_features, "n_features")
     ok = (isinstance(image_shape, tuple | list) and len(image_shape) in (2, 3)
           and all(isinstance(s, Integral) and not isinstance(s, bool) and int(s) >= 1
                   for s in image_shape))
@@ -62,6 +65,15 @@ def _check_images(X: object) -> None:
                          f"{tuple(X.shape)}")
     if not bool(torch.isfinite(X).all()):
         raise ValueError("X must be finite; got NaN or inf entries")
+
+
+class _GridOverflow(ValueError):
+    """The sampling grid of :func:`_affine` is not finite: ``part`` is ``"scales"`` (``1 /
+    scale`` overflows) or ``"shifts"`` (the translation does)."""
+
+    def __init__(self, part: str, message: str = "") -> None:
+        super().__init__(message or part)
+        self.part = part
 
 
 def random_shift(X: Tensor, image_shape: tuple[int, ...], max_shift: int,
@@ -93,7 +105,9 @@ def affine_images(X: Tensor, image_shape: tuple[int, ...], angles: Tensor, scale
     """A new tensor (b, c*h*w): image ``i`` of ``X`` (b, c*h*w) rotated by ``angles[i]`` radians
     (counter-clockwise as displayed, row 0 at the top), magnified by ``scales[i]`` (> 0) about
     its centre and moved by ``shifts[i] = (dy, dx)`` pixels (module docstring), read bilinearly
-    with zeros outside the image; a batch of 0 rows gives (0, c*h*w). ``X`` is not modified."""
+    with zeros outside the image; a batch of 0 rows gives (0, c*h*w). ``X`` is not modified.
+    Scales so small (or shifts so large) that the sampling grid overflows ``X``'s dtype raise
+    ``ValueError`` naming ``scales`` (``shifts``)."""
     _check_images(X)
     c, h, w = check_image_shape(image_shape, X.shape[1])
     b = X.shape[0]
@@ -111,6 +125,27 @@ def affine_images(X: Tensor, image_shape: tuple[int, ...], angles: Tensor, scale
             raise ValueError(f"{name} must be finite; got {bad}")
     if not bool((scales > 0).all()):
         raise ValueError(f"scales must be > 0; got {scales[scales <= 0][0].item()}")
+    try:
+        return _affine(X, c, h, w, angles, scales, shifts)
+    except _GridOverflow as exc:
+        low = float(scales.min())
+        if exc.part == "scales":
+            raise _GridOverflow("scales", f"scales must be large enough that 1 / scale is "
+                                f"finite in {X.dtype} (the images' dtype); got {low:.6g}"
+                                ) from None
+        raise _GridOverflow("shifts", f"shifts must be small enough that the sampling grid is "
+                            f"finite in {X.dtype} (the images' dtype); got entries up to "
+                            f"{float(shifts.abs().max()):.6g} pixels with scales down to "
+                            f"{low:.6g}") from None
+
+
+def _affine(X: Tensor, c: int, h: int, w: int, angles: Tensor, scales: Tensor,
+            shifts: Tensor) -> Tensor:
+    """:func:`affine_images` on checked arguments; :class:`_GridOverflow` where the sampling
+    grid is not finite in ``X``'s dtype (a scale near 0, a shift near the dtype's largest
+    value): a look at the (b, 2, 3) matrices and, only where they are finite but their entries
+    large, at the grid."""
+    b = X.shape[0]
     if b == 0:  # no images: affine_grid takes no empty batch
         return X.clone()
     angles, scales, shifts = (v.to(device=X.device, dtype=X.dtype)
@@ -123,8 +158,14 @@ def affine_images(X: Tensor, image_shape: tuple[int, ...], angles: Tensor, scale
                           torch.stack([sin * (w / h), cos], 1)], 1)  # (b, 2, 2)
     t = torch.stack([shifts[:, 1] * (2.0 / w), shifts[:, 0] * (2.0 / h)], 1)  # (b, 2): (x, y)
     theta = torch.cat([linear, -(linear @ t[:, :, None])], 2)  # (b, 2, 3)
+    if not bool(torch.isfinite(linear).all()):
+        raise _GridOverflow("scales")
     images = X.reshape(b, c, h, w)
     grid = F.affine_grid(theta, [b, c, h, w], align_corners=False)
+    # a grid point sums three entries of theta times numbers in [-1, 1]
+    if not 3.0 * float(theta.abs().max()) < torch.finfo(theta.dtype).max \
+            and not bool(torch.isfinite(grid).all()):
+        raise _GridOverflow("shifts")
     return F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros",
                          align_corners=False).reshape(b, c * h * w)
 
@@ -148,4 +189,10 @@ def random_affine(X: Tensor, image_shape: tuple[int, ...], max_shift: float = 0.
     u = torch.rand(b, 4, generator=generator, dtype=torch.float64) * 2 - 1  # U[-1, 1]
     angles = u[:, 0] * math.radians(max_rotation)
     scales = torch.exp(u[:, 1] * math.log1p(max_scaling))
-    return affine_images(X, image_shape, angles, scales, u[:, 2:] * max_shift)
+    try:
+        return affine_images(X, image_shape, angles, scales, u[:, 2:] * max_shift)
+    except _GridOverflow as exc:  # the grid of a draw overflows X's dtype: name the bound
+        name, value = (("max_scaling", max_scaling) if exc.part == "scales"
+                       else ("max_shift", max_shift))
+        raise ValueError(f"{name} must be small enough that the sampling grid of every draw "
+                         f"is finite in {X.dtype} (the images' dtype); got {value!r}") from None

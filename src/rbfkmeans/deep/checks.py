@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from torch.nn.parameter import is_lazy
 
 from .._parameters import restored_on_failure
+from .._validation import check_matrix
 from .models import input_width, output_width
 
 __all__ = ["all_or_nothing", "check_embedding", "check_input_width", "check_networks",
@@ -62,7 +63,7 @@ def check_input_width(encoder: nn.Module, Xt: Tensor) -> None:
     forward pass may initialise them from its rows or draw random numbers): rows they cannot
     take raise in the stage, which :func:`all_or_nothing` then undoes."""
     check_networks(encoder, None)
-    d = Xt.shape[1]
+    d = check_matrix(Xt, "X").shape[1]
     width = input_width(encoder)
     if width is not None and d != width:
         raise ValueError(f"X must have {width} features (columns), the encoder's input "
@@ -71,7 +72,8 @@ def check_input_width(encoder: nn.Module, Xt: Tensor) -> None:
 
 def check_output_width(decoder: nn.Module | None, Xt: Tensor) -> None:
     """``ValueError`` naming ``decoder`` when an ``nn.Sequential`` decoder ending in a ``Linear``
-    cannot give back the features of the rows ``Xt``."""
+    cannot give back the features of the rows ``Xt`` (n, d)."""
+    check_matrix(Xt, "X")
     width = output_width(decoder)
     if width is not None and width != Xt.shape[1]:
         raise ValueError(f"decoder must map embeddings back to X's {Xt.shape[1]} features; "
@@ -83,6 +85,7 @@ def check_embedding(Z: Any, X: Tensor, normalize: bool) -> Tensor:
     (b, p); ``TypeError`` naming the encoder and what it returned otherwise, ``ValueError`` for
     another shape, and for ``p = 1`` with ``normalize`` (the unit sphere of one dimension is the
     two points -1 and +1: every row would embed on one of them)."""
+    check_matrix(X, "X")
     if not isinstance(Z, Tensor) or not Z.is_floating_point():
         what = f"a tensor of dtype {Z.dtype}" if isinstance(Z, Tensor) else type(Z).__name__
         raise TypeError(f"encoder must return a floating-point tensor (n, p) of embeddings; "

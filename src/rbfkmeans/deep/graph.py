@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._validation import check_finite, check_matrix, check_positive_int
+from .._validation import check_dense, check_finite, check_matrix, check_positive_int
 from ..distances import cross_term, iter_chunks, row_norms_sq
 from .inputs import _row_moments
 
@@ -108,12 +108,12 @@ def knn_graph(X: Tensor, n_neighbors: int, *, dims: int | None = None,
 
 
 def check_graph(R: Tensor, neighbors: Tensor) -> None:
-    """Raise unless ``R`` is a finite (n, k) tensor and ``neighbors`` (n, m) integer indices of
-    its rows."""
-    check_finite(check_matrix(R, "R", "(n, k)"), "R")
+    """Raise unless ``R`` is a finite dense (n, k) tensor and ``neighbors`` (n, m) dense integer
+    indices of its rows."""
+    check_finite(check_matrix(check_dense(R, "R"), "R", "(n, k)"), "R")
     if not R.is_floating_point():
         raise TypeError(f"R must be a floating-point tensor of memberships; got {R.dtype}")
-    check_matrix(neighbors, "neighbors", "(n, m)")
+    check_matrix(check_dense(neighbors, "neighbors"), "neighbors", "(n, m)")
     n = R.shape[0]
     if neighbors.shape[0] != n:
         raise ValueError(f"neighbors must be (n, m) with n = {n} rows of R; got "
@@ -125,18 +125,43 @@ def check_graph(R: Tensor, neighbors: Tensor) -> None:
                          f"{int(neighbors.min())} to {int(neighbors.max())}")
 
 
+def check_rows(rows: object, n: int) -> None:
+    """Raise unless ``rows`` selects rows of an (n, k) tensor: a slice, or a 1-D integer index
+    tensor with entries in ``[-n, n)`` (``TypeError``/``ValueError`` naming ``rows``)."""
+    if isinstance(rows, slice):
+        return
+    if not isinstance(rows, Tensor):
+        raise TypeError(f"rows must be a slice or an index tensor; got {type(rows).__name__}")
+    check_dense(rows, "rows")
+    if rows.dtype in (torch.bool, torch.uint8) or rows.is_floating_point() or rows.dim() != 1 \
+            or (rows.numel() and not -n <= int(rows.min()) <= int(rows.max()) < n):
+        raise ValueError(f"rows must be integer indices in [-{n}, {n}) of R's rows, a 1-D "
+                         f"tensor; got {rows.dtype} of shape {tuple(rows.shape)}")
+
+
 @torch.no_grad()
 def neighbor_average(R: Tensor, neighbors: Tensor, rows: slice | Tensor | None = None) -> Tensor:
     r"""``Rbar_i = (R_i + sum_{l in N(i)} R_l) / (m + 1)``: each row of ``R`` (n, k) averaged
     with its ``m`` neighbours' (``neighbors`` (n, m) row indices). ``rows`` (a slice or an
-    index tensor) returns only those rows of ``Rbar``; the whole of it is built a block of rows
-    at a time."""
+    index tensor, :func:`check_rows`) returns only those rows of ``Rbar``; the whole of it is
+    built a block of rows at a time. ``R`` is read contiguously (its memory layout does not
+    change the sums); entries so large that a row's sum with its neighbours' overflows raise
+    ``ValueError`` naming ``R`` (memberships lie in [0, 1])."""
     check_graph(R, neighbors)
+    R = R.contiguous()
     if rows is not None:
-        return (R[rows] + R[neighbors[rows]].sum(dim=1)) / (neighbors.shape[1] + 1)
-    out = torch.empty_like(R)  # (n, k)
-    for block in iter_chunks(R.shape[0], 8192):
-        out[block] = (R[block] + R[neighbors[block]].sum(dim=1)) / (neighbors.shape[1] + 1)
+        check_rows(rows, R.shape[0])
+        out = (R[rows] + R[neighbors[rows]].sum(dim=1)) / (neighbors.shape[1] + 1)
+    else:
+        out = torch.empty_like(R)  # (n, k)
+        for block in iter_chunks(R.shape[0], 8192):
+            out[block] = (R[block] + R[neighbors[block]].sum(dim=1)) / (neighbors.shape[1] + 1)
+    # one sum of the output; only where it overflows, the entries themselves
+    if out.numel() and not bool(torch.isfinite(out.sum())) \
+            and not bool(torch.isfinite(out).all()):
+        raise ValueError(f"R's entries are too large to average in {R.dtype}: a row's sum with "
+                         f"its {neighbors.shape[1]} neighbours' overflows (memberships lie in "
+                         "[0, 1])")
     return out
 
 

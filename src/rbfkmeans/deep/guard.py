@@ -16,8 +16,9 @@ import math
 import torch
 from torch import Tensor
 
-from .._validation import check_finite, check_real, check_tensor
+from .._validation import check_dense, check_finite, check_real
 from ..layer import KMeansLayer
+from .losses import _floating
 
 __all__ = ["collapse_guard"]
 
@@ -35,7 +36,9 @@ def collapse_guard(
     embeddings ``Z`` (n, p) (module docstring), in place; returns their indices. Clusters are
     counted by ``labels`` (n,) when given (the labels the caller reports, e.g. a neighbour vote),
     else by nearest centroid; the donor of each split is the largest cluster by nearest centroid.
-    Adam's moments (``opt``, optional) of both rows of each split are reset."""
+    Adam's moments (``opt``, optional) of both rows of each split are reset. ``Z`` is a dense
+    floating-point tensor (float16/bfloat16 computed in float32; ``TypeError`` naming ``Z`` for
+    integers)."""
     if not isinstance(layer, KMeansLayer):
         raise TypeError(f"layer must be a KMeansLayer; got {type(layer).__name__}")
     if not 0.0 <= check_real(min_cluster_fraction, "min_cluster_fraction") < 1.0:
@@ -43,7 +46,7 @@ def collapse_guard(
                          f"{min_cluster_fraction!r}")
     merge_tol = check_real(merge_tol, "merge_tol", minimum=0.0)
     C = layer.centroids
-    check_tensor(Z, "Z")
+    Z = _floating(check_dense(Z, "Z"), "Z")
     if Z.ndim != 2 or Z.shape[1] != C.shape[1]:
         raise ValueError(f"Z must be (n, {C.shape[1]}) to match the layer's centroids; got "
                          f"{tuple(Z.shape)}")
@@ -58,7 +61,8 @@ def collapse_guard(
     elif labels.shape != (n,) or labels.dtype not in (torch.int32, torch.int64) or (
         n > 0 and not 0 <= int(labels.min()) <= int(labels.max()) < k
     ):
-        raise ValueError(f"labels must be ({n},) integers in [0, {k}); got shape "
+        raise ValueError(f"labels must be ({n},) integers in [0, {k}), one per row of Z "
+                         f"(shape {tuple(Z.shape)}) and centroid of the layer; got shape "
                          f"{tuple(labels.shape)}, dtype {labels.dtype}")
     counts = torch.bincount(labels, minlength=k)
     min_size = max(1, math.ceil(min_cluster_fraction * n / k))

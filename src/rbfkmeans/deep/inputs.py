@@ -50,7 +50,8 @@ _BLOCK_ROWS = 8192
 def as_rows(X: Any, device: torch.device, image_shape: Any = None) -> Tensor:
     """``X`` (n, d) as a float32 tensor on ``device``: an array or tensor of real numbers, 2-D,
     finite and within float32's range (a finite float64 value beyond it is named as such),
-    ``d`` matching ``image_shape`` when one is given. Errors name ``X``."""
+    ``d`` matching ``image_shape`` when one is given. Errors name ``X``, or ``device`` when it
+    names no device (``'abc'``, ``-1``) or one this machine does not have."""
     if isinstance(X, Tensor):
         Xt = X.detach()
     else:
@@ -68,7 +69,13 @@ def as_rows(X: Any, device: torch.device, image_shape: Any = None) -> Tensor:
     if not (Xt.is_floating_point() or Xt.dtype in (torch.int32, torch.int64, torch.uint8)):
         raise TypeError(f"X must hold real numbers; got dtype {Xt.dtype}")
     given = Xt
-    Xt = Xt.to(device=device, dtype=torch.float32)
+    try:
+        dev = torch.device(device)
+        torch.empty(0, device=dev)  # a device this machine has (and torch was built for)
+    except (TypeError, ValueError, RuntimeError, AssertionError) as exc:
+        raise ValueError(f"device must name a device of this machine, such as 'cpu' or "
+                         f"'cuda:0'; got {device!r} ({' '.join(str(exc).split())})") from None
+    Xt = Xt.to(device=dev, dtype=torch.float32)
     if not torch.isfinite(Xt).all():
         if given.is_floating_point() and not torch.isfinite(given).all():
             raise ValueError("X must be finite; got NaN or inf entries")
@@ -96,11 +103,11 @@ def _row_moments(X: Tensor) -> tuple[Tensor, float]:
 def input_scale(X: Tensor) -> tuple[float, float]:
     """``(s, r)`` of the rows ``X`` (n, d) (module docstring); ``r`` is inf for rows that are all
     equal and off the origin, 0 for rows all at the origin. ``ValueError`` naming ``X`` for NaN
-    or inf entries."""
+    or inf entries. ``X`` is read contiguously (its layout does not change the result)."""
     if not isinstance(X, Tensor) or X.dim() != 2 or X.shape[0] < 1 or X.shape[1] < 1:
         raise ValueError("X must be a non-empty 2-D tensor (n, d); got "
                          f"{type(X).__name__} {tuple(getattr(X, 'shape', ()))}")
-    check_tensor(X, "X")
+    X = check_tensor(X, "X").contiguous()  # sums that do not depend on the memory layout
     mu, trace = _row_moments(X)
     norm = float(torch.linalg.vector_norm(mu))
     if not (math.isfinite(trace) and math.isfinite(norm)):

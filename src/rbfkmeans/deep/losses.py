@@ -53,11 +53,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._validation import check_finite, check_matrix, check_real
+from .._validation import check_dense, check_finite, check_matrix, check_real
 from ..assignments import get_assignment
 from ..distances import iter_chunks
 from ..objectives import objective_from_distances
-from .graph import check_graph, neighbor_average
+from .graph import check_graph, check_rows, neighbor_average
 
 #: how far from 1 a row sum of :func:`mapping_entropy`'s ``P`` may be (float32 rounding of ``k``
 #: terms stays well inside)
@@ -85,10 +85,12 @@ def _floating(t: Tensor, name: str) -> Tensor:
 
 
 def _memberships(R: object, name: str, like: Tensor | None = None,
-                 like_name: str = "") -> Tensor:
-    """``R`` as a real, finite (n, k) floating-point tensor (float16/bfloat16 as float32; of
-    ``like``'s shape when given), else raise."""
-    R = check_finite(_floating(check_matrix(R, name, "(n, k)"), name), name)
+                 like_name: str = "", shape: str = "(n, k)") -> Tensor:
+    """``R`` as a real, dense, finite (n, k) floating-point tensor (float16/bfloat16 as float32;
+    of ``like``'s shape when given), else raise; read contiguously (a copy only of a transposed
+    or strided view), so that its sums do not depend on its memory layout."""
+    R = check_finite(_floating(check_matrix(check_dense(R, name), name, shape), name), name)
+    R = R.contiguous()
     if like is not None and R.shape != like.shape:
         raise ValueError(f"{name} must have the shape of {like_name} {tuple(like.shape)}; got "
                          f"{tuple(R.shape)}")
@@ -116,12 +118,13 @@ def mapping_entropy(P: Tensor, assignment: str) -> Tensor:
 
 def _check_simplex(P: Tensor, name: str) -> None:
     """Raise a ``ValueError`` naming ``name`` unless the rows of ``P`` (n, k) lie on the simplex:
-    entries ``>= 0``, sums 1 within :data:`SIMPLEX_TOL` (one reduction each)."""
+    entries ``>= 0``, sums 1 within :data:`SIMPLEX_TOL` (one reduction each; a row whose sum
+    overflows to inf is off the simplex too)."""
     if P.numel():
         P = P.detach()
         low = float(P.min())
         off = float((P.sum(dim=1, dtype=torch.float64) - 1.0).abs().max())
-        if low < 0 or off > SIMPLEX_TOL:
+        if low < 0 or not off <= SIMPLEX_TOL:
             raise ValueError(f"{name}'s rows must lie on the simplex (entries >= 0, summing to "
                              f"1); got a smallest entry {low:.6g} and a row sum off 1 by "
                              f"{off:.3g}")
@@ -154,7 +157,9 @@ def fenchel_young_loss(D: Tensor, P: Tensor, T: float, assignment: str) -> Tenso
     F_sum = objective_from_distances(D, T, assignment)
     # P's rows are not checked against the simplex here (a reduction per call of the training
     # loop): mapping_entropy checks them
-    at_target = (P * D).sum() - 2.0 * T * entry.entropy(P).sum()
+    at_target = (P * D).sum()
+    if not entry.hard:  # the hard mapping has no entropy term (2T alone overflows at T > 9e307)
+        at_target = at_target - 2.0 * T * entry.entropy(P).sum()
     gap = (at_target - F_sum) / n
     if not scaled:
         return gap
@@ -168,8 +173,11 @@ def fenchel_young_loss(D: Tensor, P: Tensor, T: float, assignment: str) -> Tenso
 
 def target_sizes(R: Tensor, neighbors: Tensor | None = None) -> Tensor:
     r"""Soft cluster sizes ``f_j = sum_i Rbar_ij`` (k,) of the neighbour-averaged memberships,
-    summed a block of rows at a time (``Rbar = R`` without ``neighbors``)."""
+    summed a block of rows at a time (``Rbar = R`` without ``neighbors``). The rows of ``R``
+    must lie on the simplex (:func:`self_training_targets`; ``ValueError`` naming ``R``: rows
+    far off it gave sums that overflow to inf)."""
     R = _memberships(R, "R")
+    _check_simplex(R, "R")
     if neighbors is None:
         return R.sum(dim=0)
     f = R.new_zeros(R.shape[1])  # (k,)
@@ -184,30 +192,29 @@ def batch_targets(R: Tensor, rows: Tensor | slice, neighbors: Tensor | None, siz
     r"""The targets ``P`` (b, k) of the rows ``rows`` only (module docstring), from the
     memberships ``R`` (n, k) of every row, the graph ``neighbors`` (n, m) (optional) and the soft
     cluster sizes ``sizes`` (k,) of :func:`target_sizes`: a minibatch's targets without building
-    the (n, k) targets of all rows."""
+    the (n, k) targets of all rows. ``rows`` is a slice or a 1-D integer index tensor
+    (:func:`~rbfkmeans.deep.graph.check_rows`); the averaged rows of the batch must lie on the
+    simplex (``ValueError`` naming ``R``; one reduction of the (b, k) batch, not of ``R``)."""
     if not 0.0 <= check_real(balance, "balance") <= 1.0:
         raise ValueError(f"balance must be a number in [0, 1]; got {balance!r}")
     R = _memberships(R, "R")
-    n = R.shape[0]
-    if isinstance(rows, Tensor):
-        if rows.dtype in (torch.bool, torch.uint8) or rows.is_floating_point() or \
-                (rows.numel() and not -n <= int(rows.min()) <= int(rows.max()) < n):
-            raise ValueError(f"rows must be integer indices in [-{n}, {n}) of R's rows; got "
-                             f"{rows.dtype} of shape {tuple(rows.shape)}")
-    elif not isinstance(rows, slice):
-        raise TypeError(f"rows must be a slice or an index tensor; got {type(rows).__name__}")
+    check_rows(rows, R.shape[0])
     if neighbors is not None:
         check_graph(R, neighbors)
+    if isinstance(sizes, Tensor):
+        check_dense(sizes, "sizes")
     sizes = check_finite(_floating(check_matrix(sizes.reshape(1, -1) if isinstance(sizes, Tensor)
                                                 else sizes, "sizes", "(k,)"), "sizes"),
                          "sizes").reshape(-1)
     if sizes.numel() != R.shape[1]:
-        raise ValueError(f"sizes must have shape ({R.shape[1]},); got {tuple(sizes.shape)}")
+        raise ValueError(f"sizes must have shape ({R.shape[1]},); got {tuple(sizes.shape)}: "
+                         f"one soft size per cluster, a column of R (shape {tuple(R.shape)})")
     if sizes.numel() and float(sizes.min()) < 0:
         j = int(sizes.argmin())
         raise ValueError(f"sizes must be soft cluster sizes >= 0 (target_sizes); got "
                          f"{float(sizes[j]):.6g} for cluster {j}")
     Rbar = R[rows] if neighbors is None else neighbor_average(R, neighbors, rows)  # (b, k)
+    _check_simplex(Rbar, "R")  # the batch's rows (averaged): on the simplex when R's are
     # a size of 0 belongs to a cluster no row reaches (sizes are sums of Rbar >= 0): one the
     # batch's rows do reach has a size > 0
     reached = (sizes == 0) & (Rbar > 0).any(dim=0)  # (k,)
@@ -243,8 +250,8 @@ def neighbor_contrastive_loss(Z: Tensor, Z_pos: Tensor, tau: float = 0.5) -> Ten
     ``ValueError`` naming ``tau`` otherwise; scores ``z_i . z'_l / tau`` that overflow (rows far
     off the unit sphere) raise too."""
     tau = check_real(tau, "tau", positive=True)
-    Z = check_finite(_floating(check_matrix(Z, "Z", "(b, p)"), "Z"), "Z")
-    Z_pos = check_finite(_floating(check_matrix(Z_pos, "Z_pos", "(b, p)"), "Z_pos"), "Z_pos")
+    Z = _memberships(Z, "Z", shape="(b, p)")
+    Z_pos = _memberships(Z_pos, "Z_pos", shape="(b, p)")
     if Z.shape != Z_pos.shape:
         raise ValueError(f"Z and Z_pos must be (b, p) of one shape; got {tuple(Z.shape)} and "
                          f"{tuple(Z_pos.shape)}")
@@ -253,6 +260,7 @@ def neighbor_contrastive_loss(Z: Tensor, Z_pos: Tensor, tau: float = 0.5) -> Ten
     if tau * torch.finfo(dtype).max < 1.0:
         raise ValueError(f"tau must be at least {1.0 / torch.finfo(dtype).max:.3g} for {dtype} "
                          f"rows (1 / tau overflows below); got {tau!r}")
+    Z, Z_pos = Z.to(dtype), Z_pos.to(dtype)  # float32 with float64: in float64
     logits = Z @ Z_pos.T / tau  # (b, b)
     if not bool(torch.isfinite(logits.detach()).all()):
         raise ValueError(f"the scores Z @ Z_pos.T / tau overflow {logits.dtype} at tau={tau!r} "
@@ -279,4 +287,13 @@ def neighbor_consistency_loss(R: Tensor, R_pos: Tensor, entropy_weight: float = 
     agree = -(R * R_pos).sum(dim=1).clamp_min(1e-8).log().mean()
     mean = R.mean(dim=0)  # (k,)
     entropy = -(mean * mean.clamp_min(1e-12).log()).sum()
-    return agree + entropy_weight * (math.log(R.shape[1]) - entropy)
+    loss = agree + entropy_weight * (math.log(R.shape[1]) - entropy)
+    # agree <= -log(1e-8) and 0 <= log k - H <= log k: only a weight near the dtype's largest
+    # value can overflow, and only then is the loss looked at (a synchronisation)
+    if entropy_weight * math.log(R.shape[1]) + 19.0 >= torch.finfo(loss.dtype).max \
+            and not bool(torch.isfinite(loss.detach())):
+        raise ValueError(f"entropy_weight is too large for {loss.dtype} memberships: the loss "
+                         f"overflows (log k - H(mean R) = "
+                         f"{math.log(R.shape[1]) - float(entropy):.3g}); got "
+                         f"entropy_weight={entropy_weight!r}")
+    return loss

@@ -9,6 +9,7 @@ mirrored decoder ``10 -> 256 -> 256 -> 64`` (ReLU between layers, linear in and 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from collections.abc import Sequence
@@ -147,8 +148,11 @@ def cnn_encoder(
     """
     from .augment import check_image_shape
 
-    c, h, w = check_image_shape(tuple(image_shape) if not isinstance(image_shape, int)
-                                else image_shape)
+    shape: object = image_shape
+    # a sequence (a tuple, a list, a torch.Size, an array); anything else is named below
+    with contextlib.suppress(TypeError):
+        shape = tuple(image_shape)
+    c, h, w = check_image_shape(shape)
     n_latent = check_positive_int(n_latent, "n_latent")
     hidden = check_positive_int(hidden, "hidden")
     chans = _sizes(channels, "channels")

@@ -10,10 +10,12 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+import torch
 
-from .._validation import check_positive_int, check_real
+from .._validation import check_finite, check_positive_int, check_real, tensor_of
 from ..schedules import MAX_LADDER, geometric_schedule
 
 __all__ = ["epoch_temperatures", "init_centroids"]
@@ -51,9 +53,39 @@ def init_centroids(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Centroids (k, p) and labels (n,) of :class:`~rbfkmeans.RBFKMeans` (annealed on the
     geometric ladder, then a hard Lloyd polish and the swap search) fitted to embeddings ``Z``
-    (n, p) with the same mapping."""
+    (n, p) with the same mapping. ``Z`` (an array or a dense tensor of real numbers, 2-D and
+    finite; ``TypeError``/``ValueError`` naming ``Z`` otherwise) is read contiguously: its
+    memory layout does not change the result."""
     from ..estimator import RBFKMeans
 
+    Z = _embeddings(Z)
     est = RBFKMeans(n_clusters, assignment=assignment, schedule="geometric",
                     random_state=random_state).fit(Z)
     return np.asarray(est.cluster_centers_), np.asarray(est.labels_)
+
+
+def _embeddings(Z: Any) -> Any:
+    """``Z`` checked for :func:`init_centroids`: a 2-D array or dense tensor of real numbers,
+    finite, C-contiguous (a copy only where it is not); else ``TypeError``/``ValueError`` naming
+    ``Z`` and what it is (the estimator's own messages name its ``X``)."""
+    if isinstance(Z, torch.Tensor):
+        if Z.layout != torch.strided:
+            raise TypeError(f"Z must be a dense (strided) tensor; got layout {Z.layout}")
+        Zt = Z.detach()
+    else:
+        try:
+            Zt = tensor_of(np.asarray(Z))
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"Z must be an array or tensor of numbers (n, p); got "
+                            f"{type(Z).__name__}") from None
+    if Zt.dtype == torch.bool or not (Zt.is_floating_point() or Zt.dtype in (
+            torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)):
+        raise TypeError(f"Z must hold real numbers (n, p); got {type(Z).__name__} of dtype "
+                        f"{Zt.dtype}")
+    if Zt.dim() != 2:
+        raise ValueError(f"Z must be a 2-D array of embeddings (n, p); got {type(Z).__name__} "
+                         f"of shape {tuple(Zt.shape)}")
+    check_finite(Zt, "Z")
+    if isinstance(Z, torch.Tensor):
+        return Z.contiguous()
+    return np.ascontiguousarray(Z)
