@@ -39,7 +39,9 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from ._validation import check_positive_int
 
 if TYPE_CHECKING:
     from .comm import Comm
@@ -207,7 +209,16 @@ def pinned(use: bool | None = None) -> Iterator[None]:
 def decide(entries: int, comm: Comm | None = None) -> bool:
     """Decide the path of the fit under way (inside a :func:`pinned` block) from
     :func:`ready_for` ``(entries)``; under ``torch.distributed`` (an active ``comm``) the
-    kernels only when every rank can take them, so that all run the same passes."""
+    kernels only when every rank can take them, so that all run the same passes. ``entries``:
+    an integer >= 0; ``comm``: None or a :class:`rbfkmeans.comm.Comm` (else ``TypeError`` or
+    ``ValueError`` naming them)."""
+    entries = _check_entries(entries)
+    if comm is not None:
+        from .comm import Comm
+
+        if not isinstance(comm, Comm):
+            raise TypeError(f"comm must be None or a rbfkmeans.comm.Comm; got "
+                            f"{type(comm).__name__} {comm!r:.80}")
     use = ready_for(entries)
     if comm is not None and comm.active:
         use = comm.sum_scalars(float(use))[0] == comm.world_size
@@ -223,11 +234,19 @@ _BACKGROUND = ("import os\n"
                "raise SystemExit(main(['--background']))")
 
 
+def _check_entries(entries: Any) -> int:
+    """``entries`` (point-centroid pairs) as an int if it is an integer >= 0, else raise
+    naming it."""
+    return check_positive_int(entries, "entries", minimum=0)
+
+
 def ready_for(entries: int) -> bool:
     """Whether a fit of ``entries`` point-centroid pairs takes the kernels. ``auto``: not below
     ``PAYBACK_ENTRIES`` (``FIRST_PAYBACK_ENTRIES`` while no kernel has run in this process);
     from there once :func:`compiled`, and if they are not, the fit starts
-    the background compile (once per process) and warns once. ``on``: True; ``off``: False."""
+    the background compile (once per process) and warns once. ``on``: True; ``off``: False.
+    ``entries`` is an integer >= 0 (else ``TypeError``/``ValueError`` naming it)."""
+    entries = _check_entries(entries)
     chosen = mode()
     if chosen != "auto":
         return chosen == "on"
@@ -317,7 +336,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Compile the kernels now: ``rbfkmeans kernels`` (progress on standard output), or with
     ``["--background"]`` silently at the lowest priority (the process :func:`ready_for`
     starts). Returns the exit status; another process compiling into the same folder is waited
-    for (foreground) or left to it (background)."""
+    for (foreground) or left to it (background). ``argv``: None (the command line's) or a
+    list of str (else ``TypeError``, before anything is done)."""
+    if argv is not None and (isinstance(argv, str | bytes) or not isinstance(argv, Sequence)
+                             or not all(isinstance(a, str) for a in argv)):
+        raise TypeError(f"argv must be None or a list of str (the arguments); got "
+                        f"{type(argv).__name__} {argv!r:.80}")
     args = list(sys.argv[1:] if argv is None else argv)
     background = args == ["--background"]
     if args and not background:

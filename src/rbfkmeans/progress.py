@@ -8,13 +8,29 @@ from typing import Any
 
 from torch import Tensor
 
+from ._validation import check_bool, check_positive_int
 from .passes import Stats
 
 __all__ = ["annealing_ticker", "bar", "lloyd_ticker"]
 
 
+def _check_bar(bar: Any) -> None:
+    """Raise ``TypeError`` naming ``bar`` unless it is None or a progress bar (callable
+    ``update`` and ``set_postfix``, as tqdm's)."""
+    if bar is not None and not (callable(getattr(bar, "update", None))
+                                and callable(getattr(bar, "set_postfix", None))):
+        raise TypeError(f"bar must be None or a progress bar (tqdm's, as bar() makes it); got "
+                        f"{type(bar).__name__} {bar!r:.80}")
+
+
 def bar(show: bool, total: int | None, desc: str) -> Any:
-    """A tqdm bar of ``total`` steps (None: unknown) named ``desc``, or None if not ``show``."""
+    """A tqdm bar of ``total`` steps (None: unknown; else an integer >= 0) named ``desc`` (a
+    str), or None if not ``show`` (a bool); else ``TypeError``/``ValueError`` naming them."""
+    show = check_bool(show, "show")
+    if total is not None:
+        total = check_positive_int(total, "total", minimum=0)
+    if not isinstance(desc, str):
+        raise TypeError(f"desc must be a str; got {type(desc).__name__} {desc!r:.80}")
     if not show:
         return None
     from tqdm.auto import tqdm
@@ -23,7 +39,9 @@ def bar(show: bool, total: int | None, desc: str) -> Any:
 
 
 def annealing_ticker(bar: Any) -> Callable[[float, int], None] | None:
-    """Progress of the annealing ladder: one tick per temperature."""
+    """Progress of the annealing ladder: one tick per temperature; None when ``bar`` is (else
+    ``bar`` must be a progress bar)."""
+    _check_bar(bar)
     if bar is None:
         return None
 
@@ -40,8 +58,9 @@ def lloyd_ticker(bar: Any, verbose: bool) -> Callable[[int, Tensor, Stats], None
     those that show no bar: a Lloyd run with a callback takes full passes (its ``J`` every
     iteration) rather than bounded ones, and the ranks' passes must sum the same statistics
     (rank 0's bar alone had made it take other passes than the rest: gloo aborted on the
-    sizes)."""
-    if not verbose:
+    sizes). ``bar``: None or a progress bar; ``verbose``: a bool."""
+    _check_bar(bar)
+    if not check_bool(verbose, "verbose"):
         return None
 
     def tick(it: int, C: Tensor, st: Stats) -> None:

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from ._validation import (
+    check_dense,
     check_finite,
     check_matrix,
     check_positive_int,
@@ -52,11 +53,31 @@ def _check_sample(sample: int | None) -> int | None:
     return None if sample is None else check_positive_int(sample, "sample")
 
 
-def _overflow_error(X: Tensor, name: str = "X") -> ValueError:
+def _check_weights(sample_weight: Tensor | None, n: int) -> None:
+    """Raise unless ``sample_weight`` is None or finite non-negative weights (n,) (a dense
+    real tensor), naming it."""
+    if sample_weight is not None:
+        check_vector(check_dense(sample_weight, "sample_weight"), "sample_weight", n)
+        check_finite(sample_weight, "sample_weight")
+        if bool((sample_weight < 0).any()):
+            raise ValueError("sample_weight must be >= 0; got a negative entry")
+
+
+def _overflow_error(X: Tensor, name: str = "X", w: Tensor | None = None) -> ValueError:
     """The error for data whose squared deviations overflow float64 (worded as
-    :meth:`rbfkmeans.frame.Frame.choose` words it)."""
+    :meth:`rbfkmeans.frame.Frame.choose` words it). With weights ``w`` whose sum overflows,
+    or where ``X``'s squared deviations with unit weights could not overflow, the weights are
+    the cause: the error names ``sample_weight``."""
     n, d = X.shape
     big = largest_magnitude(X)
+    if w is not None:
+        total = float(w.double().sum())
+        if not math.isfinite(total) or (2 * big) ** 2 * d * max(n, 1) < np.finfo(np.float64).max:
+            return ValueError(
+                f"sample_weight is too large: the weighted squared deviations of X overflow "
+                f"float64 (sum of the weights {total:.3g}, largest weight "
+                f"{largest_magnitude(w):.3g}; largest |x| {big:.3g} over {d} features and {n} "
+                "rows); rescale sample_weight")
     return ValueError(
         f"{name} spreads too far for float64: its squared deviations from the mean overflow "
         f"(largest |x| {big:.3g} over {d} features and {n} rows); the supported range is "
@@ -106,10 +127,11 @@ def covariance_spread(
     ``sample`` must be None or an integer ``>= 1``. Data whose squared deviations overflow
     float64 raise ``ValueError`` naming ``X``.
     """
-    check_finite(check_matrix(X, "X"), "X")
+    check_finite(check_matrix(check_dense(X, "X"), "X"), "X")
     sample = _check_sample(sample)
     n, d = X.shape
     if _matrix_free(n, d, sample) and (comm is None or not comm.active):
+        _check_weights(sample_weight, n)
         return _sampled_spread(X, sample_weight, sample or n, chunk_size)
     moments = _moments(X, sample_weight, chunk_size, comm)
     if moments is None:
@@ -138,7 +160,7 @@ def _sampled_spread(X: Tensor, w: Tensor | None, sample: int,
         sq = (Y * Y).sum(dim=1)
         trace += float(sq.sum() if w is None else sq @ w[s].double())
     if not math.isfinite(trace):
-        raise _overflow_error(X)
+        raise _overflow_error(X, w=w)
     return trace / tot / d, _sampled_eigmax(X, w, sample)
 
 
@@ -154,7 +176,7 @@ def _sampled_eigmax(X: Tensor, w: Tensor | None, sample: int) -> float:
     mu_s = (Xs.double().sum(0) if ws is None else ws @ Xs.double()) / tot_s
     u = torch.full((Xs.shape[0],), 1.0 / tot_s, dtype=torch.float64) if ws is None \
         else ws / tot_s
-    return _finite_eigmax(top_eigenpair(Xs - mu_s.to(Xs.dtype), u)[0], X)  # data's precision
+    return _finite_eigmax(_top_eigenpair(Xs - mu_s.to(Xs.dtype), u)[0], X)  # data's precision
 
 
 def _weighted_mean(X: Tensor, w: Tensor | None, chunk_size: int | None) -> tuple[Tensor, float]:
@@ -174,14 +196,31 @@ def top_eigenpair(Y: Tensor, u: Tensor) -> tuple[float, Tensor]:
     ``Y`` (m, d) and non-negative weights ``u`` (m,), without forming ``A``: implicitly restarted
     Lanczos (ARPACK, to the precision of its products) on ``A v = Y^T (u * (Y v))``, ``O(m d)``
     each, in ``Y``'s dtype (float32 rows: a relative ``~1e-7``, at half the memory traffic;
-    float64: to ``~1e-15``), started from ``A 1`` (deterministic, rich in the top direction).
-    A zero ``A`` gives ``(0, e_1)``."""
+    float64: to ``~1e-15``; other dtypes in float64), started from ``A 1`` (deterministic, rich
+    in the top direction). A zero ``A`` gives ``(0, e_1)``.
+
+    ``Y`` and ``u`` are dense real tensors, finite, ``u >= 0``, small enough that ``A``'s
+    entries are finite in that dtype (``sum(u) d max|y|^2`` below its largest number), else
+    ``TypeError``/``ValueError`` naming them: O(m d), without a pass over the device (the rows
+    are copied to the host for ARPACK anyway)."""
+    check_matrix(check_dense(Y, "Y"), "Y", "(m, d)")
+    check_vector(check_dense(u, "u"), "u", Y.shape[0])
+    return _top_eigenpair(Y, u, check=True)
+
+
+def _top_eigenpair(Y: Tensor, u: Tensor, check: bool = False) -> tuple[float, Tensor]:
+    """:func:`top_eigenpair` of rows and weights whose types and shapes are right; with
+    ``check`` their values are checked too (on the host copies: two reductions of ``Y``, two
+    of ``u``), without it not at all (the callers of :mod:`rbfkmeans.spread` have checked
+    them)."""
     from scipy.sparse.linalg import LinearOperator, eigsh
 
     dt = np.float32 if Y.dtype == torch.float32 else np.float64
     Yn = np.ascontiguousarray(Y.detach().cpu().numpy(), dtype=dt)
     un = u.detach().cpu().numpy().astype(dt)
     d = Yn.shape[1]
+    if check:
+        _check_eigen_input(Y, u, Yn, un)
 
     def matvec(v: np.ndarray) -> np.ndarray:
         return (Yn.T @ (un * (Yn @ v.ravel().astype(dt)))).astype(np.float64)
@@ -196,18 +235,37 @@ def top_eigenpair(Y: Tensor, u: Tensor) -> tuple[float, Tensor]:
     return float(val[0]), torch.from_numpy(vec[:, 0])
 
 
+def _check_eigen_input(Y: Tensor, u: Tensor, Yn: np.ndarray, un: np.ndarray) -> None:
+    """Raise naming ``Y`` or ``u`` unless the host copies ``Yn``, ``un`` (of one float dtype)
+    are finite, ``un >= 0`` and ``A = Y^T diag(u) Y`` (and the products by it) are finite."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        lo_u = float(un.min()) if un.size else 0.0
+        tot_u = float(un.sum(dtype=np.float64))
+        big = max(-float(Yn.min()), float(Yn.max())) if Yn.size else 0.0
+    if not (lo_u >= 0 and math.isfinite(tot_u)):
+        check_finite(u, "u")
+        if bool((u < 0).any()):
+            raise ValueError(f"u must be >= 0 (weights); got a negative entry "
+                             f"(min {float(u.min())!r})")
+        raise ValueError(f"u is too large: its sum overflows ({tot_u!r}); rescale u")
+    if not math.isfinite(big):
+        check_finite(Y, "Y")
+    top = float(np.finfo(Yn.dtype).max)
+    d = Yn.shape[1]
+    if not (tot_u * d * big * big < top and d * big < top):
+        raise ValueError(
+            f"Y and u are too large for {Yn.dtype}: the entries of A = Y^T diag(u) Y overflow "
+            f"(largest |y| {big:.3g} over {d} features, sum(u) {tot_u:.3g}); rescale Y or u")
+
+
 def _moments(
     X: Tensor, sample_weight: Tensor | None, chunk_size: int | None, comm: Comm | None
 ) -> tuple[Tensor, Tensor] | None:
     """The weighted mean ``mu`` (d,) and biased covariance (d, d) in float64, two chunked passes
     (summed over ``comm``'s ranks); ``None`` when the weights sum to zero. Raises unless ``X``
     is a finite real matrix and ``sample_weight`` finite non-negative weights of its rows."""
-    check_finite(check_matrix(X, "X"), "X")
-    if sample_weight is not None:
-        check_vector(sample_weight, "sample_weight", X.shape[0])
-        check_finite(sample_weight, "sample_weight")
-        if bool((sample_weight < 0).any()):
-            raise ValueError("sample_weight must be >= 0; got a negative entry")
+    check_finite(check_matrix(check_dense(X, "X"), "X"), "X")
+    _check_weights(sample_weight, X.shape[0])
     n, d = X.shape
     rows = chunk_rows(n, d, chunk_size)
     tot = torch.zeros(1, dtype=torch.float64, device=X.device)
@@ -225,6 +283,8 @@ def _moments(
         comm.sum_(tot, s1)
     if float(tot) == 0:
         return None
+    if sample_weight is not None and not math.isfinite(float(tot)):  # finite weights, inf sum
+        raise _overflow_error(X, w=sample_weight)
     mu = s1 / tot  # (d,)
     M = torch.zeros(d, d, dtype=torch.float64, device=X.device)
     for s in iter_chunks(n, rows):
@@ -235,7 +295,7 @@ def _moments(
         comm.sum_(M)
     cov = M / tot
     if not (bool(torch.isfinite(mu).all()) and bool(torch.isfinite(cov).all())):  # (d,), (d, d)
-        raise _overflow_error(X)
+        raise _overflow_error(X, w=sample_weight)
     return mu, cov  # (d,), (d, d)
 
 
@@ -258,9 +318,11 @@ def sphere_spread(
     ``sample``: as in :func:`covariance_spread` (``lambda_max(P Sigma P)`` of a random sample of
     rows, matrix-free, on wide data with more rows than that; None or an integer ``>= 1``).
     """
-    n, d = check_matrix(X, "X").shape
+    n, d = check_matrix(check_dense(X, "X"), "X").shape
     sample = _check_sample(sample)
     if _matrix_free(n, d, sample) and (comm is None or not comm.active):
+        check_finite(X, "X")
+        _check_weights(sample_weight, n)
         sample = sample or n
         mean_var, _ = _sampled_spread(X, sample_weight, sample, chunk_size)
         mu, _ = _weighted_mean(X, sample_weight, chunk_size)
@@ -275,7 +337,7 @@ def sphere_spread(
             Y = Y - torch.outer(Y @ u_hat, u_hat)  # the rows' tangent parts: Y P
         u = torch.full((Y.shape[0],), 1.0 / max(tot_s, 1e-300), dtype=torch.float64) \
             if ws is None else ws / max(tot_s, 1e-300)
-        return mean_var, _finite_eigmax(top_eigenpair(Y, u)[0], X), r
+        return mean_var, _finite_eigmax(_top_eigenpair(Y, u)[0], X), r
     moments = _moments(X, sample_weight, chunk_size, comm)
     if moments is None:
         return 0.0, 0.0, 0.0
@@ -294,12 +356,11 @@ def covariance_eigmax(X: Tensor, sample_weight: Tensor | None = None, *,
     """Largest eigenvalue of the (weighted, biased) covariance of the rows of ``X``; with
     ``sample``, on wide data with more rows, that of a random sample of rows (as in
     :func:`covariance_spread`, without the trace's pass; None or an integer ``>= 1``)."""
-    check_finite(check_matrix(X, "X"), "X")
+    check_finite(check_matrix(check_dense(X, "X"), "X"), "X")
     sample = _check_sample(sample)
     n, d = X.shape
     if _matrix_free(n, d, sample):
-        if sample_weight is not None:
-            check_vector(sample_weight, "sample_weight", n)
+        _check_weights(sample_weight, n)
         return _sampled_eigmax(X, sample_weight, sample or n)
     return covariance_spread(X, sample_weight)[1]
 

@@ -81,7 +81,11 @@ def warm_up(progress: Callable[[int, int, str], None] | None = None) -> None:
     weighted and not, then write :mod:`rbfkmeans.precompile`'s stamp (later processes in
     ``auto`` mode take the kernels). ``progress(i, n, name)`` is called before each of the
     ``n`` steps. Does nothing without numba or with ``RBFKMEANS_KERNELS=0``. Machine code
-    cached for other sources is deleted first (:func:`rbfkmeans.precompile.clear_stale`)."""
+    cached for other sources is deleted first (:func:`rbfkmeans.precompile.clear_stale`).
+    ``progress`` must be None or callable (else ``TypeError``, before anything is done)."""
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be None or a callable progress(i, n, name); got "
+                        f"{type(progress).__name__} {progress!r:.80}")
     if kernels.numba is None or precompile.mode() == "off":
         return
     t0 = time.perf_counter()

@@ -72,15 +72,41 @@ def mnist_store_path() -> Path:
     return path
 
 
+def _check_split(path: str | os.PathLike[str], part: str, img: np.ndarray,
+                 lab: np.ndarray) -> None:
+    """``ValueError`` naming ``path`` and the array unless ``img`` is ``part``'s images as
+    :func:`read_mnist_store` promises them (uint8, (n, 28, 28), n >= 1) and ``lab`` their labels
+    (integers 0-9, (n,))."""
+    where = f"path {str(path)!r}: {part}_images"
+    if img.dtype != np.uint8:
+        raise ValueError(f"{where} must hold uint8 pixels (0-255); got dtype {img.dtype}")
+    if img.ndim != 3 or img.shape[1:] != (28, 28) or img.shape[0] == 0:
+        raise ValueError(f"{where} must be (n, 28, 28) images, n >= 1; got shape {img.shape}")
+    where = f"path {str(path)!r}: {part}_labels"
+    if lab.shape != (img.shape[0],):
+        raise ValueError(f"{where} must be ({img.shape[0]},), one label per image of "
+                         f"{part}_images; got shape {lab.shape}")
+    if lab.dtype.kind not in "iu":
+        raise ValueError(f"{where} must hold integer labels 0-9; got dtype {lab.dtype}")
+    lo, hi = int(lab.min()), int(lab.max())
+    if lo < 0 or hi > 9:
+        raise ValueError(f"{where} must hold integer labels 0-9; got labels in [{lo}, {hi}]")
+
+
 def read_mnist_store(path: str | Path, split: str = "all") -> tuple[np.ndarray, np.ndarray]:
     """Images (n, 784) float32 in [0, 1] (pixels / 255) and labels (n,) int64 from a zipped Zarr
     store with ``train_images`` (n_train, 28, 28) uint8, ``train_labels``, ``test_images`` and
     ``test_labels`` (module docstring). ``split``: ``"all"`` (the training images then the test
-    images, in the store's order), ``"train"`` or ``"test"``."""
-    if split not in ("all", "train", "test"):
+    images, in the store's order), ``"train"`` or ``"test"``. ``ValueError`` naming the path
+    and the array where the store holds anything else (other dtypes or shapes, an empty split,
+    labels outside 0-9), or ``path`` is a folder."""
+    if not isinstance(split, str) or split not in ("all", "train", "test"):
         raise ValueError(f"split must be 'all', 'train' or 'test'; got {split!r}")
     if not isinstance(path, str | os.PathLike):
         raise TypeError(f"path must be a str or a path; got {type(path).__name__} {path!r}")
+    if Path(path).is_dir():
+        raise FileNotFoundError(f"path {str(path)!r}: no such file, it is a folder (a zipped "
+                                "Zarr store of MNIST's layout, a .zip file, was expected)")
     if not Path(path).is_file():
         raise FileNotFoundError(f"path {str(path)!r}: no such file (a zipped Zarr store of "
                                 "MNIST's layout was expected)")
@@ -107,9 +133,7 @@ def read_mnist_store(path: str | Path, split: str = "all") -> tuple[np.ndarray, 
                                  f"layout holds {part}_images and {part}_labels") from exc
             img = np.asarray(img_array[...])  # type: ignore[index]
             lab = np.asarray(lab_array[...])  # type: ignore[index]
-            if img.ndim != 3 or img.shape[0] != lab.shape[0] or lab.ndim != 1:
-                raise ValueError(f"{part}_images must be (n, h, w) and {part}_labels (n,); got "
-                                 f"{img.shape} and {lab.shape}")
+            _check_split(path, part, img, lab)
             images.append(img.reshape(img.shape[0], -1))
             labels.append(lab)
     finally:
@@ -123,6 +147,9 @@ def load_dataset(name: str) -> Dataset:
     """Load one of :data:`DATASETS` (module docstring), preprocessed, as float32."""
     from sklearn import datasets as skd
 
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, one of {', '.join(map(repr, DATASETS))}; got "
+                        f"{type(name).__name__} {name!r}")
     if name == "digits":
         X, y = skd.load_digits(return_X_y=True)
         X = X / 16.0

@@ -69,7 +69,7 @@ from torch import Tensor, nn
 from ..assignments import check_assignment
 from ..layer import KMeansLayer
 from ..schedules import critical_temperature
-from ._parameters import check_parameters, check_trainable
+from ._parameters import check_parameters, check_rule, check_trainable, diverged
 from .checks import all_or_nothing, check_input_width, check_output_width
 from .graph import knn_graph
 from .inference import InferenceMixin
@@ -155,7 +155,7 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
     random_state : int, default 0
         Seeds batch order and the k-means initialisation (the modules' initial weights are the
         caller's: see :meth:`mlp`).
-    verbose : bool
+    verbose : bool or int >= 0, default False
         A progress bar per epoch.
 
     Attributes (after ``fit``)
@@ -269,9 +269,10 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
         **kwargs: Any,
     ) -> DeepClusterer:
         """A clusterer with a fresh MLP autoencoder (:func:`rbfkmeans.deep.models.mlp_autoencoder`)
-        whose weights are seeded by ``random_state``."""
+        whose weights are seeded by ``random_state`` (checked by its rule first)."""
         from .models import mlp_autoencoder
 
+        random_state = check_rule("random_state", random_state)
         encoder, decoder = mlp_autoencoder(n_features, hidden, n_latent, seed=random_state)
         return cls(encoder, decoder, n_clusters, random_state=random_state, **kwargs)
 
@@ -292,6 +293,7 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
         ``image_shape``: pretraining is the contrastive term alone."""
         from .models import cnn_encoder
 
+        random_state = check_rule("random_state", random_state)
         encoder = cnn_encoder(image_shape, n_latent, channels=channels, hidden=hidden,
                               seed=random_state)
         return cls(encoder, None, n_clusters, image_shape=tuple(image_shape),
@@ -387,7 +389,12 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
             self._pretrain(Xt, neighbors)
         self.timings_["pretrain_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        self._init_layer(Xt)
+        try:
+            self._init_layer(Xt)
+        except ValueError as exc:  # the pretrained encoder's embedding is not finite
+            if not getattr(self, "pretrain_history_", None) or "NaN or inf" not in str(exc):
+                raise
+            raise diverged(self, self.pretrain_epochs - 1, exc, pretraining=True) from exc
         if neighbors is not None and self.joint_graph == "embedding":
             neighbors = knn_graph(torch.as_tensor(self.init_embedding_, device=self._device),
                                   self.n_neighbors, progress=self.verbose)

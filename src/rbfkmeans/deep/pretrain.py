@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._parameters import check_trainable
+from ._parameters import check_trainable, diverged
 from .augment import random_affine, random_shift
 from .checks import check_output_width, check_reconstruction
 from .inputs import warn_if_unscaled
@@ -45,6 +45,21 @@ def training_rows(Xt: Tensor) -> Tensor:
     """``Xt``, or a normal copy of it where it was made in inference mode (autograd cannot save
     an inference tensor for the backward pass)."""
     return Xt.clone() if Xt.is_inference() else Xt
+
+
+def finite_loss(loss: Tensor) -> Tensor:
+    """``loss`` (a scalar) when it is finite; else ``ValueError`` (a weight times a term
+    overflowed float32), which the stages report as :func:`~rbfkmeans.deep._parameters.diverged`."""
+    if not bool(torch.isfinite(loss.detach())):
+        raise ValueError(f"the loss is not finite ({float(loss.detach())!r})")
+    return loss
+
+
+def is_overflow(exc: ValueError) -> bool:
+    """Whether ``exc``, raised inside a stage's epoch, says that values are not finite (rather
+    than that a network broke its contract): the stage's values overflowed."""
+    message = str(exc)
+    return "finite" in message or "NaN" in message or "overflow" in message
 
 
 class PretrainMixin:
@@ -118,10 +133,15 @@ class PretrainMixin:
         if self.decoder is not None:
             self.decoder.train()
         bar = self._progress(self.pretrain_epochs, "pretrain")
-        for _ in bar:
+        for epoch in bar:
             total = 0.0
             for idx in self._batches(Xt.shape[0], gen):
-                loss = self._pretrain_step(Xt, idx, neighbors, gen)
+                try:
+                    loss = finite_loss(self._pretrain_step(Xt, idx, neighbors, gen))
+                except ValueError as exc:  # X is finite: the settings made it overflow
+                    if not is_overflow(exc):
+                        raise
+                    raise diverged(self, epoch, exc, pretraining=True) from exc
                 opt.zero_grad()
                 loss.backward()
                 opt.step()

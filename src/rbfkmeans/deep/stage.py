@@ -16,6 +16,7 @@ collapse guard (:mod:`rbfkmeans.deep.guard`). :class:`JointStageMixin` holds thi
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..assignments import get_assignment
+from ._parameters import diverged
 from .checks import check_input_width, check_reconstruction
 from .guard import collapse_guard
 from .losses import (
@@ -32,6 +34,7 @@ from .losses import (
     neighbor_consistency_loss,
     target_sizes,
 )
+from .pretrain import finite_loss, is_overflow
 from .start import epoch_temperatures
 
 __all__ = ["JointStageMixin"]
@@ -107,6 +110,12 @@ class JointStageMixin:
             return np.zeros(0)
         if get_assignment(self.assignment).hard or Tc <= 0:
             return np.zeros(self.epochs)
+        for name, value in (("T_start", self.T_start), ("T_end", self.T_end)):
+            if not 0.0 < value * Tc < math.inf:  # in units of T_c: the product over/underflows
+                raise ValueError(f"{name} must be a number > 0 that times the critical "
+                                 f"temperature T_c={Tc:.6g} of the initial embedding is a "
+                                 f"finite number > 0; got {name}={value!r}, which gives "
+                                 f"{value * Tc!r}")
         return epoch_temperatures(self.T_start * Tc, self.T_end * Tc, self.epochs)
 
     def _joint(self: Any, Xt: Tensor, neighbors: Tensor | None) -> None:
@@ -123,36 +132,41 @@ class JointStageMixin:
         consistency = self.consistency_weight > 0 and neighbors is not None
         bar = self._progress(self.epochs, "joint")
         for epoch in bar:
-            layer.temperature = float(temps[epoch])
-            if self.self_training_weight > 0 and epoch % self.target_update == 0:
-                R_all = self._memberships(self._embed_all(Xt))  # (n, k)
-                sizes = target_sizes(R_all, neighbors)  # (k,)
-            self.encoder.train()
-            if self.decoder is not None:
-                self.decoder.train()
-            sums = dict.fromkeys(("total", "kmeans", "recon", "self_training", "consistency"),
-                                 0.0)
-            for idx in self._batches(n, gen):
-                P = None
-                if R_all is not None and sizes is not None:
-                    P = batch_targets(R_all, idx, neighbors, sizes, self.target_balance)
-                if consistency:
-                    assert neighbors is not None
-                    xb, xp = self._views(Xt, idx, neighbors, gen)
-                    terms = self.loss(xb, P, xp)
-                else:
-                    xb = self._augment(Xt[idx], gen)
-                    terms = self.loss(xb, P)
-                opt.zero_grad()
-                terms["total"].backward()
-                opt.step()
-                for key in sums:
-                    sums[key] += float(terms[key].detach()) * idx.numel()
-            Z = self._embed_all(Xt)
-            reseeded = self._collapse_guard(Z, opt, self._reported_labels(Z, neighbors))
-            new_labels = self._nearest(Z)
-            changed = float((new_labels != labels).float().mean())
-            labels = new_labels
+            try:
+                layer.temperature = float(temps[epoch])
+                if self.self_training_weight > 0 and epoch % self.target_update == 0:
+                    R_all = self._memberships(self._embed_all(Xt))  # (n, k)
+                    sizes = target_sizes(R_all, neighbors)  # (k,)
+                self.encoder.train()
+                if self.decoder is not None:
+                    self.decoder.train()
+                sums = dict.fromkeys(("total", "kmeans", "recon", "self_training", "consistency"),
+                                     0.0)
+                for idx in self._batches(n, gen):
+                    P = None
+                    if R_all is not None and sizes is not None:
+                        P = batch_targets(R_all, idx, neighbors, sizes, self.target_balance)
+                    if consistency:
+                        assert neighbors is not None
+                        xb, xp = self._views(Xt, idx, neighbors, gen)
+                        terms = self.loss(xb, P, xp)
+                    else:
+                        xb = self._augment(Xt[idx], gen)
+                        terms = self.loss(xb, P)
+                    opt.zero_grad()
+                    finite_loss(terms["total"]).backward()
+                    opt.step()
+                    for key in sums:
+                        sums[key] += float(terms[key].detach()) * idx.numel()
+                Z = self._embed_all(Xt)
+                reseeded = self._collapse_guard(Z, opt, self._reported_labels(Z, neighbors))
+                new_labels = self._nearest(Z)
+                changed = float((new_labels != labels).float().mean())
+                labels = new_labels
+            except ValueError as exc:  # X is finite: the settings made it overflow
+                if not is_overflow(exc):
+                    raise
+                raise diverged(self, epoch, exc, pretraining=False) from exc
             record = {"epoch": epoch, "T": layer.temperature, "reseeded": reseeded,
                       "label_change": changed}
             record.update({key: v / n for key, v in sums.items()})

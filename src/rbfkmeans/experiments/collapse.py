@@ -171,9 +171,40 @@ def _rate_fits(T: list[float], gap: list[float], g_min: float, mapping: str,
     return res
 
 
+def _check_collapse_result(collapse_result: Any, per_dataset: tuple[str, ...],
+                           per_mapping: tuple[str, ...]) -> dict[str, Any]:
+    """``collapse_result`` if it is what :func:`collapse` returns -- a dict of datasets, each a
+    dict holding ``per_dataset`` and a dict per mapping of :data:`MAPPINGS` holding
+    ``per_mapping`` -- else raise ``TypeError``/``ValueError`` naming the entry."""
+    if not isinstance(collapse_result, dict):
+        raise TypeError(f"collapse_result must be a dict (what collapse() returns); got "
+                        f"{type(collapse_result).__name__} {collapse_result!r:.80}")
+    for name, per in collapse_result.items():
+        where = f"collapse_result[{name!r}]"
+        if not isinstance(per, dict):
+            raise TypeError(f"{where} must be a dict; got {type(per).__name__} {per!r:.80}")
+        missing = [key for key in (*per_dataset, *MAPPINGS) if key not in per]
+        if missing:
+            raise ValueError(f"{where} must hold {', '.join(map(repr, missing))}; got keys "
+                             f"{sorted(map(str, per))}")
+        for mapping in MAPPINGS:
+            cur = per[mapping]
+            if not isinstance(cur, dict):
+                raise TypeError(f"{where}[{mapping!r}] must be a dict; got "
+                                f"{type(cur).__name__} {cur!r:.80}")
+            missing = [key for key in per_mapping if key not in cur]
+            if missing:
+                raise ValueError(f"{where}[{mapping!r}] must hold "
+                                 f"{', '.join(map(repr, missing))}; got keys "
+                                 f"{sorted(map(str, cur))}")
+    return collapse_result
+
+
 def rates(collapse_result: dict[str, Any]) -> dict[str, Any]:
     """Claim 2 from the collapse curves: fitted constants of both models per dataset/mapping,
-    and the measured exact-hard temperature of entmax15 against ``g_min / 4``."""
+    and the measured exact-hard temperature of entmax15 against ``g_min / 4``.
+    ``collapse_result`` is what :func:`collapse` returns (else ``TypeError``/``ValueError``)."""
+    _check_collapse_result(collapse_result, ("g_min",), ("T", "centroid_gap", "n_soft"))
     out: dict[str, Any] = {}
     for name, per in collapse_result.items():
         g_min = per["g_min"]
@@ -231,7 +262,9 @@ def rates_large_n(ctx: Context, name: str = "moons", n: int = 20000) -> dict[str
 def gamma(collapse_result: dict[str, Any]) -> dict[str, Any]:
     """Claim 3: the sandwich ``J* - 2T n H_max <= F_T(C_T) <= J*`` along each ladder, its worst
     violation (relative to ``J*``) and ``(J* - F_T) / (2 T n H_max)`` (in ``[0, 1]`` when it
-    holds)."""
+    holds). ``collapse_result`` is what :func:`collapse` returns (else
+    ``TypeError``/``ValueError``)."""
+    _check_collapse_result(collapse_result, (), ("T", "F_T", "J_star", "sum_w", "H_max"))
     out: dict[str, Any] = {}
     for name, per in collapse_result.items():
         out[name] = {}

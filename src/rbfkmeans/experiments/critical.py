@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._validation import check_finite, check_matrix, check_real
+from .._validation import check_dense, check_finite, check_matrix, check_real
 from ..annealing import anneal, soft_lloyd
 from ..assignments import get_mapping
 from ..distances import sq_distances
@@ -46,7 +46,7 @@ EPS = 1e-4
 def distinct_count(C: torch.Tensor, tol: float = DISTINCT_TOL) -> int:
     """Number of groups of centroids ``C`` (k, d) (finite), grouping those within ``tol``
     (a finite number >= 0; single linkage)."""
-    check_finite(check_matrix(C, "C", "(k, d)"), "C")
+    check_finite(check_matrix(check_dense(C, "C"), "C", "(k, d)"), "C")
     tol = check_real(tol, "tol", minimum=0.0)
     k = C.shape[0]
     close = (torch.cdist(C.double(), C.double()) <= tol).numpy()  # (k, k)

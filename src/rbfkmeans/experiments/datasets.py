@@ -35,8 +35,37 @@ def _split(n: int, parts: int) -> list[int]:
 MAX_CENTER_DRAWS = 10_000
 
 
+#: the most points a generator draws: numpy indexes (and sizes in bytes) its arrays with a C
+#: ``intp``, and ``X`` takes 16 bytes a point
+MAX_POINTS = int(np.iinfo(np.intp).max) // 16
+#: the largest ``box`` of :func:`blobs`: the centres are drawn from an interval of width
+#: ``2 box``, which must be finite in float64
+MAX_BOX = float(np.finfo(np.float64).max) / 2
+
+
 def _size(n: object) -> int:
-    return check_positive_int(n, "n")
+    n = check_positive_int(n, "n")
+    if n > MAX_POINTS:
+        raise ValueError(f"n must be at most {MAX_POINTS} (numpy's largest arrays); got {n!r}")
+    return n
+
+
+def _check_noise(noise: float, jitter: np.ndarray) -> np.ndarray:
+    """``jitter = noise * z`` if it is finite, else raise naming ``noise`` (a finite ``noise``
+    whose draws overflow float64)."""
+    if not np.isfinite(jitter).all():
+        raise ValueError(f"noise must be small enough that the noisy points are finite in "
+                         f"float64; got noise={noise!r}, whose draws overflow")
+    return jitter
+
+
+def _check_points(X: np.ndarray, name: str, value: float) -> np.ndarray:
+    """``X`` if it is finite, else raise naming ``name`` (whose ``value`` put it beyond
+    float64's range)."""
+    if not np.isfinite(X).all():
+        raise ValueError(f"{name} must be small enough that the points are finite in float64; "
+                         f"got {name}={value!r}, whose points overflow")
+    return X
 
 
 def _seed(seed: object) -> int:
@@ -59,20 +88,37 @@ def blobs(
     centers = check_positive_int(centers, "centers")
     std = check_nonnegative(std, "std")
     box = check_real(box, "box", positive=True)
+    if box > MAX_BOX:
+        raise ValueError(f"box must be at most {MAX_BOX:.6g} (the centres' interval "
+                         f"[-box, box] must have a finite width in float64); got {box!r}")
     # disjoint discs of radius 3 std, centred in the box, lie in the box grown by 3 std
-    if centers * math.pi * (3 * std) ** 2 > (2 * box + 6 * std) ** 2:
+    if _discs_overflow(centers, std, box):
         raise _cannot_place(centers, std, box, "their discs of radius 3 * std do not fit")
     rng = np.random.default_rng(seed)
     for _ in range(MAX_CENTER_DRAWS):
         mu = rng.uniform(-box, box, size=(centers, 2))  # (c, 2)
-        gaps = np.linalg.norm(mu[:, None] - mu[None], axis=-1) + np.eye(centers) * 1e9
+        with np.errstate(over="ignore"):  # centres 1e154 apart: an infinite gap is wide
+            gaps = np.linalg.norm(mu[:, None] - mu[None], axis=-1) + np.eye(centers) * 1e9
         if gaps.min() >= 6 * std:
             break
     else:
         raise _cannot_place(centers, std, box, f"no draw of {MAX_CENTER_DRAWS} succeeded")
     y = np.repeat(np.arange(centers), _split(n, centers))  # (n,)
-    X = mu[y] + std * rng.standard_normal((n, 2))  # (n, 2)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow raises below
+        jitter = _check_points(std * rng.standard_normal((n, 2)), "std", std)
+        X = _check_points(mu[y] + jitter, "box", box)  # (n, 2)
     return X, y
+
+
+def _discs_overflow(centers: int, std: float, box: float) -> bool:
+    """Whether ``centers`` discs of radius ``3 std`` cannot fit in the box ``[-box, box]^2``
+    grown by ``3 std`` (by area). Where the squares overflow a Python float, both sides are
+    first scaled by ``2**-600`` (exact: the same comparison)."""
+    try:
+        return centers * math.pi * (3 * std) ** 2 > (2 * box + 6 * std) ** 2
+    except OverflowError:
+        s = 2.0**-600
+        return centers * math.pi * (3 * std * s) ** 2 > (2 * box * s + 6 * std * s) ** 2
 
 
 def moons(n: int = 1000, *, noise: float = 0.08, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -84,7 +130,10 @@ def moons(n: int = 1000, *, noise: float = 0.08, seed: int = 0) -> tuple[np.ndar
     t0, t1 = rng.uniform(0, np.pi, n0), rng.uniform(0, np.pi, n1)
     upper = np.stack([np.cos(t0), np.sin(t0)], axis=1)  # (n0, 2)
     lower = np.stack([1 - np.cos(t1), 0.5 - np.sin(t1)], axis=1)  # (n1, 2)
-    X = np.concatenate([upper, lower]) + noise * rng.standard_normal((n, 2))
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow raises naming noise
+        jitter = _check_noise(noise, noise * rng.standard_normal((n, 2)))
+        X = np.concatenate([upper, lower]) + jitter
+        _check_noise(noise, X)
     y = np.repeat([0, 1], [n0, n1])
     return X, y
 
@@ -112,7 +161,10 @@ def spirals(
         theta = np.sqrt(rng.uniform(lo**2, hi**2, m))  # arc length ~ theta^2
         P = theta[:, None] * np.stack([np.cos(theta), np.sin(theta)], axis=1)  # (m, 2)
         parts.append(P if arm == 0 else -P)
-    X = np.concatenate(parts) + noise * rng.standard_normal((n, 2))
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow raises naming noise
+        jitter = _check_noise(noise, noise * rng.standard_normal((n, 2)))
+        X = np.concatenate(parts) + jitter
+        _check_noise(noise, X)
     y = np.repeat([0, 1], _split(n, 2))
     return X, y
 
@@ -127,7 +179,11 @@ def circles(
     n0, n1 = _split(n, 2)
     t = rng.uniform(0, 2 * np.pi, n)
     r = np.concatenate([np.ones(n0), np.full(n1, factor)])
-    X = r[:, None] * np.stack([np.cos(t), np.sin(t)], axis=1) + noise * rng.standard_normal((n, 2))
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow raises below
+        ring = _check_points(r[:, None] * np.stack([np.cos(t), np.sin(t)], axis=1), "factor",
+                             factor)
+        X = ring + _check_noise(noise, noise * rng.standard_normal((n, 2)))
+        _check_noise(noise, X)
     y = np.repeat([0, 1], [n0, n1])
     return X, y
 

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .._validation import check_seeds
+from .._validation import check_positive_int, check_seeds
 from ..cli_args import MAX_SEEDS
 from ..quantizer import VectorQuantizer, code_perplexity
 from ..quantizer_checks import check_number
@@ -117,6 +117,8 @@ _REALS: dict[str, tuple[str, Callable[[float], bool]]] = {
 #: The largest seed of a run: the peer's codebook is drawn with ``torch.manual_seed(seed + 1)``,
 #: which takes seeds up to ``2**64 - 1``.
 SEED_MAX = 2**64 - 2
+#: The largest seed of :func:`load_digits_split` (scikit-learn's ``random_state``).
+DIGITS_SEED_MAX = 2**32 - 1
 
 
 def default_config(quick: bool = False, dataset: str = "digits",
@@ -153,7 +155,14 @@ def default_config(quick: bool = False, dataset: str = "digits",
 
 def load_digits_split(test_size: float, seed: int = 0) -> tuple[Tensor, Tensor]:
     """scikit-learn's ``load_digits`` scaled to [0, 1] (pixels / 16), split stratified by class
-    into training and held-out rows: float32 tensors (n_train, 64) and (n_test, 64)."""
+    into training and held-out rows: float32 tensors (n_train, 64) and (n_test, 64).
+    ``test_size`` is the held-out fraction, a number in (0, 1); ``seed`` an integer from 0 to
+    ``2**32 - 1`` (scikit-learn's ``random_state``); else ``TypeError``/``ValueError``."""
+    test_size = check_number(test_size, "test_size", "a number in (0, 1)", lambda v: 0 < v < 1)
+    seed = check_positive_int(seed, "seed", minimum=0)
+    if seed > DIGITS_SEED_MAX:
+        raise ValueError(f"seed must be an integer from 0 to 2**32 - 1 (scikit-learn's "
+                         f"random_state); got {seed!r}")
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -294,8 +303,31 @@ def evaluate(model: VQAutoencoder, X_train: Tensor, X_test: Tensor,
     return metrics, used_test.numpy(), X_rec.numpy()
 
 
+def _check_per_seed(per_seed: Any) -> list[dict[str, Any]]:
+    """``per_seed`` as a list if it is a non-empty sequence of dicts holding every metric of
+    :data:`METRICS`, else raise naming it."""
+    if isinstance(per_seed, str | bytes | dict) or not isinstance(per_seed, Sequence):
+        raise TypeError(f"per_seed must be a list of per-seed result dicts; got "
+                        f"{type(per_seed).__name__} {per_seed!r:.80}")
+    rows = list(per_seed)
+    if not rows:
+        raise ValueError("per_seed must hold at least one per-seed row; got an empty list")
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise TypeError(f"per_seed[{i}] must be a dict of metrics; got "
+                            f"{type(row).__name__} {row!r:.80}")
+        missing = [m for m in METRICS if m not in row]
+        if missing:
+            raise ValueError(f"per_seed[{i}] must hold {', '.join(map(repr, missing))}; got "
+                             f"keys {sorted(map(str, row))}")
+    return rows
+
+
 def summarize(per_seed: Sequence[dict[str, float]]) -> dict[str, dict[str, float]]:
-    """Mean and std (ddof=1 when there are several seeds) of each metric over the seeds."""
+    """Mean and std (ddof=1 when there are several seeds) of each metric over the seeds.
+    ``per_seed``: a non-empty list of dicts holding each metric (else ``TypeError`` or
+    ``ValueError``)."""
+    per_seed = _check_per_seed(per_seed)
     out: dict[str, dict[str, float]] = {"mean": {}, "std": {}}
     for metric in METRICS:
         v = np.array([r[metric] for r in per_seed], dtype=np.float64)
@@ -322,7 +354,11 @@ def _targets(methods: dict[str, Any]) -> dict[str, Any]:
 
 def markdown_table(results: dict[str, Any]) -> str:
     """The results as a markdown table: per quantiser, mean ± std over the seeds of the held-out
-    MSE, code usage, perplexity, dead codes and training time (a skipped peer says why)."""
+    MSE, code usage, perplexity, dead codes and training time (a skipped peer says why).
+    ``results``: a dict whose ``"methods"`` maps each quantiser to a dict holding ``"skipped"``
+    or ``"mean"`` and ``"std"`` (as :func:`run_vq` writes it; else ``TypeError``/``ValueError``
+    naming the entry)."""
+    _check_results(results)
     lines = ["| quantiser | held-out MSE | usage | perplexity | dead codes | training time |",
              "|---|---|---|---|---|---|"]
     for name, row in results["methods"].items():
@@ -335,6 +371,30 @@ def markdown_table(results: dict[str, Any]) -> str:
             f"{100 * s['usage']:.1f}% | {m['perplexity']:.1f} ± {s['perplexity']:.1f} | "
             f"{m['dead_codes']:.1f} | {m['time_s']:.1f} ± {s['time_s']:.1f} s |")
     return "\n".join(lines) + "\n"
+
+
+def _check_results(results: Any) -> None:
+    """Raise naming the entry unless ``results`` is laid out as :func:`markdown_table` reads
+    it."""
+    if not isinstance(results, dict):
+        raise TypeError(f"results must be a dict (what run_vq returns); got "
+                        f"{type(results).__name__} {results!r:.80}")
+    methods = results.get("methods")
+    if not isinstance(methods, dict):
+        raise ValueError(f"results['methods'] must be a dict of quantisers; got "
+                         f"{type(methods).__name__} {methods!r:.80}")
+    for name, row in methods.items():
+        where = f"results['methods'][{name!r}]"
+        if not isinstance(row, dict):
+            raise TypeError(f"{where} must be a dict; got {type(row).__name__} {row!r:.80}")
+        if "skipped" in row:
+            continue
+        for part in ("mean", "std"):
+            cur = row.get(part)
+            missing = [m for m in METRICS if not isinstance(cur, dict) or m not in cur]
+            if missing:
+                raise ValueError(f"{where}[{part!r}] must be a dict holding "
+                                 f"{', '.join(map(repr, missing))}; got {cur!r:.80}")
 
 
 def _check_seeds(seeds: Any) -> list[int]:
