@@ -246,3 +246,23 @@ def test_warm_up_checks_progress_first(monkeypatch):
     with pytest.raises(TypeError, match=re.escape("progress must be None or a callable "
                                                   "progress(i, n, name); got str 'abc'")):
         warmup.warm_up(progress="abc")
+
+
+@pytest.mark.parametrize(("change", "error", "message"), [
+    ({"n_features": 0}, ValueError, "n_features must be an integer >= 1; got 0"),
+    ({"slots": "a"}, TypeError, "slots must be an integer; got str 'a'"),
+    ({"dim": -1}, ValueError, "dim must be an integer >= 1; got -1"),
+    ({"hidden": 1.5}, TypeError, "hidden must be an integer; got float 1.5"),
+    ({"quantizer": None}, TypeError, "quantizer must be a torch.nn.Module with forward(z)"),
+])
+def test_vq_autoencoder_checks_its_sizes_and_quantizer(change: dict, error: type,
+                                                        message: str) -> None:
+    """A zero width had built a network of empty layers (Linear(0, h)); other bad sizes failed
+    inside torch or Python's arithmetic."""
+    kwargs = {"n_features": 4, "quantizer": torch.nn.Identity(), "slots": 2, "dim": 2,
+              "hidden": 8, **change}
+    with pytest.raises(error, match=re.escape(message)):
+        vq_experiment.VQAutoencoder(kwargs.pop("n_features"), kwargs.pop("quantizer"), **kwargs)
+    from rbfkmeans import VectorQuantizer
+    model = vq_experiment.VQAutoencoder(4, VectorQuantizer(2, 3), slots=2, dim=2, hidden=8)
+    assert model(torch.randn(6, 4))[0].shape == (6, 4)

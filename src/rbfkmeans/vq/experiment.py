@@ -200,11 +200,19 @@ class VQAutoencoder(nn.Module):
     """MLP encoder -> ``quantizer`` on ``slots`` vectors of length ``dim`` -> MLP decoder.
 
     ``quantizer`` is any module with ``forward(z) -> (quantized, indices, loss)`` for ``z``
-    (batch, slots, dim). ``forward(x)`` returns ``(reconstruction, indices, loss_vq)``.
+    (batch, slots, dim). ``forward(x)`` returns ``(reconstruction, indices, loss_vq)``. The
+    sizes are integers >= 1 (``TypeError``/``ValueError`` naming them otherwise).
     """
 
     def __init__(self, n_features: int, quantizer: nn.Module, *, slots: int, dim: int,
                  hidden: int) -> None:
+        n_features = check_positive_int(n_features, "n_features")
+        slots = check_positive_int(slots, "slots")
+        dim = check_positive_int(dim, "dim")
+        hidden = check_positive_int(hidden, "hidden")
+        if not isinstance(quantizer, nn.Module):
+            raise TypeError(f"quantizer must be a torch.nn.Module with forward(z) -> (quantized, "
+                            f"indices, loss); got {type(quantizer).__name__}")
         super().__init__()
         self.slots, self.dim = slots, dim
         self.encoder = nn.Sequential(nn.Linear(n_features, hidden), nn.ReLU(),
