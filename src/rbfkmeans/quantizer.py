@@ -62,7 +62,6 @@ from .codebook import CodebookUpdates, code_perplexity
 from .comm import Comm
 from .distances import sq_distances
 from .inference import check_reach
-from .layer import load_all_or_nothing
 from .metrics import check_metric, get_metric
 from .objectives import objective_from_distances
 from .quantizer_checks import (
@@ -77,6 +76,7 @@ from .quantizer_checks import (
     check_seed,
     check_squares_are_normal,
 )
+from .state_loading import load_all_or_nothing
 
 __all__ = ["INITS", "UPDATES", "VectorQuantizer", "code_perplexity"]
 
@@ -265,7 +265,7 @@ class VectorQuantizer(CodebookUpdates, nn.Module):
         quantizer's values, or torch's ``RuntimeError`` for unexpected or missing keys and size
         mismatches) leaves the codebook, the buffers, the temperature and the generator as
         they were, bit for bit, and the exception propagates
-        (:func:`~rbfkmeans.layer.load_all_or_nothing`). This covers direct calls; a parent
+        (:func:`~rbfkmeans.state_loading.load_all_or_nothing`). This covers direct calls; a parent
         module's ``load_state_dict`` reaches the quantizer through ``_load_from_state_dict``,
         which checks the values (:func:`~rbfkmeans.quantizer_checks.check_loaded_state`)
         before anything is copied, but leaves it to torch (copied in part) on torch's own
