@@ -366,3 +366,28 @@ def test_quantizer_overflow_names_the_temperature() -> None:
     with pytest.raises(ValueError, match=re.escape(
             "z lies too far from the codes for torch.float64: the loss overflows")):
         vq(torch.full((2, 2), 1e200, dtype=torch.float64))
+
+
+# -- X as scikit-learn reads it: its messages named X only where they said so ------------------
+@pytest.mark.parametrize(("X", "kind", "words"), [
+    ("abc", ValueError, "could not convert string to float: 'abc'"),
+    (np.empty((0, 3)), ValueError, "Found array with 0 sample(s)"),
+    (np.zeros((3, 0)), ValueError, "Found array with 0 feature(s)"),
+    (np.arange(5.0), ValueError, "Expected 2D array, got 1D array"),
+    ([[{"a": 1}, 2.0]], TypeError, "float() argument must be a string or a real number"),
+])
+def test_fit_names_X_in_scikit_learns_messages(X: object, kind: type, words: str) -> None:
+    with pytest.raises(kind, match=r"^X must be a 2-D array of numbers \(n_samples, "
+                       r"n_features\); " + re.escape(words)):
+        rk.RBFKMeans(2).fit(X)
+
+
+def test_messages_that_name_X_are_kept() -> None:
+    model = rk.RBFKMeans(2, random_state=0).fit(np.random.default_rng(0).random((10, 3)))
+    with pytest.raises(ValueError, match=r"^X has 2 features, but RBFKMeans is expecting 3"):
+        model.predict(np.zeros((4, 2)))
+    with pytest.raises(ValueError, match=r"^X must be a 2-D array of numbers .*Found array with "
+                       r"0 sample\(s\)"):
+        model.predict(np.empty((0, 3)))
+    with pytest.raises(rk.NonFiniteError, match="Input X contains NaN"):
+        model.predict(np.full((2, 3), np.nan))

@@ -9,6 +9,7 @@ mapping ``m`` (softmax, entmax-1.5, sparsemax, or hard argmax at ``T = 0``).
 from __future__ import annotations
 
 from .distances import sq_distances
+from .errors import NonFiniteError
 from .estimator import RBFKMeans
 from .layer import KMeansLayer
 from .mappings import entmax15, hardmax, softmax, sparsemax
@@ -26,6 +27,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "KMeansLayer",
+    "NonFiniteError",
     "RBFKMeans",
     "VectorQuantizer",
     "__version__",

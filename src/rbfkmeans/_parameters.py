@@ -23,6 +23,7 @@ import torch
 from ._validation import largest_magnitude, tensor_of
 from .assignments import ASSIGNMENTS
 from .comm import Comm, raise_if_rejected
+from .errors import NonFiniteError
 from .metrics import METRICS
 
 __all__ = [
@@ -331,7 +332,7 @@ def check_sample_weight(sample_weight: Any, n: int, dtype: Any = np.float64, *,
     bad = ~np.isfinite(values)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"sample_weight must be finite; got {sw[i].item()!r} at index {i}")
+        raise NonFiniteError(f"sample_weight must be finite; got {sw[i].item()!r} at index {i}")
     if (values < 0).any():
         i = int(np.flatnonzero(values < 0)[0])
         raise ValueError(f"sample_weight must be >= 0; got {sw[i].item()!r} at index {i}")
@@ -342,15 +343,15 @@ def check_sample_weight(sample_weight: Any, n: int, dtype: Any = np.float64, *,
         total = float(values.sum())
     if not np.isfinite(out).all():  # finite in float64, beyond the compute dtype (float32)
         i = int(np.flatnonzero(~np.isfinite(out))[0])
-        raise ValueError(f"sample_weight must be finite in {np.dtype(dtype)} (the dtype the "
-                         f"fit computes in); got {sw[i].item()!r} at index {i}")
+        raise NonFiniteError(f"sample_weight must be finite in {np.dtype(dtype)} (the dtype the "
+                             f"fit computes in); got {sw[i].item()!r} at index {i}")
     most = float(np.finfo(out.dtype).max)
     if not total <= most:  # the fit's weighted sums are formed in the compute dtype
         i = int(values.argmax())
-        raise ValueError(f"sample_weight must have a sum finite in {out.dtype} (the dtype the "
-                         f"fit computes in, up to {most:.3g}); got a sum of {total:.3g} (the "
-                         f"largest weight {sw[i].item()!r} at index {i}, over {n} rows); "
-                         "rescale sample_weight (a common factor changes no cluster)")
+        raise NonFiniteError(f"sample_weight must have a sum finite in {out.dtype} (the dtype the "
+                             f"fit computes in, up to {most:.3g}); got a sum of {total:.3g} (the "
+                             f"largest weight {sw[i].item()!r} at index {i}, over {n} rows); "
+                             "rescale sample_weight (a common factor changes no cluster)")
     tiny = float(np.finfo(out.dtype).tiny)
     if n and float(values.max()) > 0.0 and float(out.max()) < tiny:  # every weight subnormal
         i = int(values.argmax())  # (or 0) in the compute dtype: sums and means lose bits

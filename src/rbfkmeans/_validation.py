@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .errors import NonFiniteError, value_error
+
 
 def check_temperature(T: Any, name: str = "temperature") -> float:
     """Return ``T`` as a float if it is a finite number >= 0, else raise."""
@@ -25,7 +27,7 @@ def check_temperature(T: Any, name: str = "temperature") -> float:
         raise TypeError(f"{name} must be a real number; got {type(T).__name__} {T!r}")
     value = float(T)
     if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0; got {T!r}")
+        raise value_error(value, f"{name} must be a finite number >= 0; got {T!r}")
     return value
 
 
@@ -34,7 +36,7 @@ def check_nonnegative(value: Any, name: str) -> float:
     level), else raise ``ValueError`` naming ``name`` and the value."""
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) \
             or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0; got {value!r}")
+        raise value_error(value, f"{name} must be a finite number >= 0; got {value!r}")
     return float(value)
 
 
@@ -144,7 +146,7 @@ def check_real(value: Any, name: str, *, minimum: float | None = None,
     v = float(value)
     if not math.isfinite(v) or (minimum is not None and v < minimum) or (positive and v <= 0):
         rule = " > 0" if positive else (f" >= {minimum:g}" if minimum is not None else "")
-        raise ValueError(f"{name} must be a finite number{rule}; got {value!r}")
+        raise value_error(v, f"{name} must be a finite number{rule}; got {value!r}")
     return v
 
 
@@ -153,7 +155,8 @@ _FINITE_BLOCK = 1 << 20
 
 
 def check_finite(t: torch.Tensor, name: str) -> torch.Tensor:
-    """Raise ``ValueError`` if ``t`` holds NaN or inf, saying how many and one of them.
+    """Raise :class:`~rbfkmeans.errors.NonFiniteError` (a ``ValueError``) if ``t`` holds NaN or
+    inf, saying how many and one of them.
 
     One sum (no temporary the size of ``t``; synchronises on a GPU): NaN and inf propagate into
     it, so a finite sum clears the tensor. Only a non-finite sum (NaN/inf, or finite entries
@@ -172,7 +175,7 @@ def check_finite(t: torch.Tensor, name: str) -> torch.Tensor:
             first = block[bad][0].item()
         count += n_bad
     if count:
-        raise ValueError(f"{name} must be finite; got {count} NaN/inf entries (e.g. {first})")
+        raise NonFiniteError(f"{name} must be finite; got {count} NaN/inf entries (e.g. {first})")
     return t
 
 
@@ -193,16 +196,17 @@ def largest_magnitude(t: Any) -> float:
 def check_within_reach(x: float, c: float, d: int, dtype: torch.dtype, *, total: float = 1.0,
                        name: str = "X", far_from: str = "the centroids",
                        exponent: int = 0) -> None:
-    """Raise a ``ValueError`` naming ``name`` unless the squared distances between rows whose
-    entries are at most ``x`` in magnitude and centroids whose entries are at most ``c``, over
-    ``d`` features, and their sum over a total weight ``total``, are finite in ``dtype``:
+    """Raise :class:`~rbfkmeans.errors.NonFiniteError` naming ``name`` unless the squared
+    distances between rows whose entries are at most ``x`` in magnitude and centroids whose
+    entries are at most ``c``, over ``d`` features, and their sum over a total weight ``total``,
+    are finite in ``dtype``:
     ``d (x + c)^2 max(total, 1) < max(dtype)`` (``x + c`` bounds every ``|x_i - c_j|`` entry;
     the expansion's terms ``||x||^2``, ``2 x.c`` and ``||c||^2`` are within the same bound).
     ``exponent`` is that of the frame the values are in (:mod:`rbfkmeans.frame`), so that the
     message reports the entries in the caller's units. O(1)."""
     reach = x + c
     if not reach * reach * d * max(total, 1.0) < torch.finfo(dtype).max:
-        raise ValueError(
+        raise NonFiniteError(
             f"{name} lies too far from {far_from} for {dtype}: its squared distances "
             f"overflow (entries of x - c up to {math.ldexp(reach, -exponent):.3g} over "
             f"{d} features); rescale {name}")

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from ._validation import check_bool, check_nonnegative, check_positive_int, check_temperature
 from .assignments import Assignment, get_assignment
+from .errors import NonFiniteError
 from .passes import Data, Stats, check_data, cluster_stats, nearest
 from .relocation import mean_update
 
@@ -212,9 +213,9 @@ def _perturbed(data: Data, C: Tensor, noise: Tensor, perturbation: float) -> Ten
     try:
         data.check_centroids(C)
     except ValueError as exc:
-        raise ValueError(f"perturbation must be small enough to keep the centroids finite and "
-                         f"within reach of X; got perturbation={perturbation!r}, which moved "
-                         f"them out ({exc})") from None
+        raise NonFiniteError(f"perturbation must be small enough to keep the centroids finite and "
+                             f"within reach of X; got perturbation={perturbation!r}, which moved "
+                             f"them out ({exc})") from None
     return C
 
 

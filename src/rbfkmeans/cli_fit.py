@@ -38,6 +38,7 @@ from ._parameters import SCHEDULES
 from .assignments import ASSIGNMENTS
 from .atomic_files import Writer, as_path, check_out, check_targets, write_outputs
 from .cli_args import MAX_N_INIT, folder
+from .errors import NonFiniteError
 from .metrics import METRICS
 from .table_file import (
     check_input,
@@ -183,7 +184,7 @@ def run_fit(args: argparse.Namespace) -> int:
             P = est.predict_proba(X)  # (n, k)
         for name, result in (("memberships", P), ("centres", est.cluster_centers_)):
             if not np.isfinite(result).all():  # a last guard: no file of NaN, ever
-                raise ValueError(f"the fit produced non-finite {name}; nothing was written")
+                raise NonFiniteError(f"the fit produced non-finite {name}; nothing was written")
         seconds = time.perf_counter() - t0
         n, d = X.shape
         k = est.n_clusters

@@ -48,6 +48,7 @@ from ._validation import check_tensor
 from .assignments import get_assignment
 from .comm import Comm
 from .distances import membership_scores
+from .errors import NonFiniteError
 from .estimator import RBFKMeans
 from .metrics import get_metric
 from .passes import Data
@@ -63,8 +64,10 @@ def code_perplexity(used: Tensor) -> Tensor:
     if used.dim() != 1 or used.numel() == 0:
         raise ValueError(f"used must be a non-empty 1-D tensor of code counts (k,); got shape "
                          f"{tuple(used.shape)}")
-    if not bool(torch.isfinite(used).all()) or bool((used < 0).any()):
-        raise ValueError("used must hold finite counts >= 0; got a negative or non-finite entry")
+    if not bool(torch.isfinite(used).all()):
+        raise NonFiniteError("used must hold finite counts >= 0; got a non-finite entry")
+    if bool((used < 0).any()):
+        raise ValueError("used must hold finite counts >= 0; got a negative entry")
     p = used.double() / used.double().sum().clamp_min(1.0)  # (k,)
     return torch.exp(-torch.special.xlogy(p, p).sum())
 

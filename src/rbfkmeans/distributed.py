@@ -37,6 +37,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from .comm import LOCAL_ONLY, raise_if_rejected
+from .errors import value_error
 
 __all__ = [
     "broadcast_module",
@@ -155,7 +156,8 @@ def _check_group_arguments(backend: Any, rank: Any, world_size: Any, timeout_s: 
                          f"world_size={world_size}")
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real) \
             or not 0 < float(timeout_s) <= _MAX_TIMEOUT_S:
-        raise ValueError(f"timeout_s must be a finite number of seconds > 0; got {timeout_s!r}")
+        raise value_error(timeout_s, f"timeout_s must be a finite number of seconds > 0; got "
+                                     f"{timeout_s!r}")
 
 
 #: the longest ``timedelta`` (999999999 days), in seconds

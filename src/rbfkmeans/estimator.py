@@ -52,6 +52,7 @@ from ._parameters import (
 )
 from .assignments import get_assignment
 from .comm import Comm
+from .errors import value_error
 from .frame import Frame
 from .inference import InferenceMixin, to_numpy
 from .metrics import get_metric
@@ -319,7 +320,7 @@ class RBFKMeans(
         for name, (rule, ok) in PARAMETERS.items():
             value = getattr(self, name)
             if not ok(value):
-                raise ValueError(f"{name} must be {rule}; got {value!r}")
+                raise value_error(value, f"{name} must be {rule}; got {value!r}")
         if self.schedule == "k-means++" and not (isinstance(self.init, str)
                                                  and self.init in ("auto", "k-means++")):
             got = repr(self.init) if isinstance(self.init, str) else \

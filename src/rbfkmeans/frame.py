@@ -42,6 +42,7 @@ from ._validation import (
     tensor_of,
 )
 from .distances import chunk_rows, iter_chunks
+from .errors import NonFiniteError
 from .sparse import SparseRows, is_sparse
 
 if TYPE_CHECKING:
@@ -201,7 +202,7 @@ class Frame:
             far = comm.all_gather(far.unsqueeze(0)).amax()
         trace, spread = float(acc / tot), float(far)
         if not math.isfinite(trace) or not math.isfinite(float(tot) * 4.0 * d * spread * spread):
-            raise ValueError(
+            raise NonFiniteError(
                 f"{name} spreads too far for float64: its squared deviations from the mean "
                 f"overflow (largest |x - mean| {spread:.3g} over {d} features and a total weight "
                 f"of {float(tot):.3g}); the supported range is "
@@ -231,7 +232,7 @@ class Frame:
         trace = max(moment / tot - float(mu @ mu), 0.0)
         magnitude = float(Xd.val.abs().max()) if X.nnz else 0.0
         if not math.isfinite(moment) or not math.isfinite(tot * 4.0 * d * magnitude**2):
-            raise ValueError(
+            raise NonFiniteError(
                 f"{name} spreads too far for float64: its squared entries overflow (largest |x| "
                 f"{magnitude:.3g} over {d} features and a total weight of {tot:.3g}); the "
                 "supported range is max |x| * sqrt(4 d sum(w)) < 1.3e154. Rescale the data")

@@ -36,6 +36,7 @@ from ._validation import (
 )
 from .assignments import Assignment, get_assignment
 from .distances import membership_scores, sq_distances
+from .errors import NonFiniteError
 from .layer import KMeansLayer
 from .objectives import objective_from_distances
 from .passes import Data, check_data
@@ -102,8 +103,8 @@ def gradient_step(
             if all(bool(torch.isfinite(t.to(dtype)).all()) for t in step):
                 return step[0].to(dtype), step[1].to(dtype), step[2].to(dtype)
     tried = "float64" if C.dtype == torch.float64 else f"{str(C.dtype)[6:]} and float64"
-    raise ValueError(f"T={T!r} with these X and C overflows {tried}: the objective is not "
-                     "finite; use a smaller temperature or rescale X and C")
+    raise NonFiniteError(f"T={T!r} with these X and C overflows {tried}: the objective is not "
+                         "finite; use a smaller temperature or rescale X and C")
 
 
 def _step(X: Tensor, C: Tensor, T: float, entry: Assignment, sample_weight: Tensor | None,
@@ -164,7 +165,9 @@ def _check_lr(lr: Any, C: Tensor) -> float | Tensor | None:
         if shape != C.shape:
             raise ValueError(f"lr must be a number or a tensor that broadcasts to C's shape "
                              f"{tuple(C.shape)}; got shape {tuple(lr.shape)}")
-        if not bool((torch.isfinite(lr) & (lr >= 0)).all()):
+        if not bool(torch.isfinite(lr).all()):
+            raise NonFiniteError(f"lr must be finite and >= 0; got {lr.tolist()}")
+        if not bool((lr >= 0).all()):
             raise ValueError(f"lr must be finite and >= 0; got {lr.tolist()}")
         return lr
     return check_real(lr, "lr", minimum=0.0)

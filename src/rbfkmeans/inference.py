@@ -22,6 +22,7 @@ from . import precompile
 from ._validation import check_real, check_temperature, check_within_reach, largest_magnitude
 from .assignments import get_assignment
 from .distances import shifted_scores, sq_distances
+from .errors import NonFiniteError
 from .frame import Frame, scale_by_power_of_two
 from .layer import KMeansLayer
 from .mappings import hardmax
@@ -54,8 +55,8 @@ def check_reach(Xf: Tensor | SparseRows, C: Tensor, exponent: int = 0, total: fl
     x, c = largest_magnitude(Xf), largest_magnitude(C)
     for what, big in ((name, x), ("C", c)):
         if not math.isfinite(big):
-            raise ValueError(f"{what} must be finite; got NaN/inf entries (largest magnitude "
-                             f"{big})")
+            raise NonFiniteError(f"{what} must be finite; got NaN/inf entries (largest magnitude "
+                                 f"{big})")
     check_within_reach(x, c, C.shape[1], dtype, total=total, name=name, exponent=exponent)
 
 

@@ -40,6 +40,7 @@ from ._validation import (
 )
 from .assignments import check_assignment, get_assignment
 from .distances import membership_scores, sq_distances
+from .errors import NonFiniteError
 from .mappings import hardmax
 from .metrics import check_metric, get_metric, normalize_rows
 from .objectives import objective_from_distances
@@ -124,7 +125,7 @@ class KMeansLayer(nn.Module):
             )
         C = C.to(compute_dtype(C.dtype))
         if not torch.isfinite(C).all():
-            raise ValueError("centroids must be finite; got NaN or inf entries")
+            raise NonFiniteError("centroids must be finite; got NaN or inf entries")
         if self.metric == "cosine":
             C = normalize_rows(C, "centroids")
         if learnable:
@@ -206,14 +207,15 @@ class KMeansLayer(nn.Module):
         if isinstance(C, Tensor):
             check_dense(C, f"{prefix}centroids in the state dict")
         if isinstance(C, Tensor) and not C.is_meta and not bool(torch.isfinite(C).all()):
-            raise ValueError(f"{prefix}centroids in the state dict must be finite; got NaN or "
-                             "inf entries (the layer is left as it was)")
+            raise NonFiniteError(f"{prefix}centroids in the state dict must be finite; got NaN or "
+                                 "inf entries (the layer is left as it was)")
         own = self.centroids.dtype
         if isinstance(C, Tensor) and not C.is_meta and C.is_floating_point() and C.dtype != own \
                 and not bool(torch.isfinite(C.detach().to(own)).all()):  # 1e300 into float32
-            raise ValueError(f"{prefix}centroids in the state dict must be finite in the layer's "
-                             f"{own}; got entries beyond its range (largest |c| "
-                             f"{float(C.detach().abs().max()):.3g}; the layer is left as it was)")
+            raise NonFiniteError(
+                f"{prefix}centroids in the state dict must be finite in the layer's "
+                f"{own}; got entries beyond its range (largest |c| "
+                f"{float(C.detach().abs().max()):.3g}; the layer is left as it was)")
         if prefix + "_extra_state" in state_dict:  # before torch copies anything
             _checked_state(state_dict[prefix + "_extra_state"])
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
@@ -310,7 +312,7 @@ class KMeansLayer(nn.Module):
         if not (X.is_sparse or X.layout == torch.sparse_csr):
             check_finite(X, "X")
         elif not bool(torch.isfinite(D).all()):
-            raise ValueError("X must be finite; its stored entries hold NaN or inf")
+            raise NonFiniteError("X must be finite; its stored entries hold NaN or inf")
         return D.argmin(dim=-1)
 
     def objective(self, X: Tensor, sample_weight: Tensor | None = None) -> Tensor:
@@ -321,7 +323,7 @@ class KMeansLayer(nn.Module):
         D = self._sq(X).reshape(-1, self.n_clusters)
         F = objective_from_distances(D, self.temperature, self.assignment, sample_weight)
         if not bool(torch.isfinite(F)):  # one look at the scalar
-            raise ValueError(
+            raise NonFiniteError(
                 f"the objective is not finite ({F.item()!r}): X holds NaN or inf, or entries "
                 "whose squared distances to the centroids overflow its dtype "
                 f"({self.centroids.dtype}); check X, or compute in float64")
@@ -345,7 +347,7 @@ class KMeansLayer(nn.Module):
         W = C / T  # (k, d)
         b = C.new_zeros(C.shape[0]) if cosine else -(C * C).sum(dim=1) / (2.0 * T)  # (k,)
         if not (torch.isfinite(W).all() and torch.isfinite(b).all()):
-            raise ValueError(
+            raise NonFiniteError(
                 f"as_linear: weight C/T or bias -||c||^2/(2T) overflows {C.dtype} at "
                 f"temperature={T:g}; use a larger temperature or float64 centroids"
             )
@@ -394,8 +396,9 @@ class KMeansLayer(nn.Module):
         check_finite(linear.weight.detach(), "linear.weight")
         C = linear.weight.detach() * T
         if not bool(torch.isfinite(C).all()):
-            raise ValueError(f"the centroids T * weight overflow {C.dtype} at temperature={T!r}; "
-                             "pass the temperature used by as_linear")
+            raise NonFiniteError(
+                f"the centroids T * weight overflow {C.dtype} at temperature={T!r}; "
+                "pass the temperature used by as_linear")
         if metric == "cosine":
             if check_bias:
                 _check_cosine_linear(linear, C, T, atol, rtol)

@@ -28,6 +28,7 @@ from . import kernels
 from ._validation import check_nonnegative, check_positive_int
 from .bounds import BoundedAssignment
 from .distances import row_dots
+from .errors import value_error
 from .passes import Data, Stats, check_data, cluster_stats
 from .relocation import hard_update
 from .sparse import dense
@@ -180,7 +181,7 @@ def lloyd(
         raise ValueError(f"bounds must be True, False or None; got {bounds!r}")
     if target is not None and not (isinstance(target, int | float)
                                    and not isinstance(target, bool) and math.isfinite(target)):
-        raise ValueError(f"target must be a finite number or None; got {target!r}")
+        raise value_error(target, f"target must be a finite number or None; got {target!r}")
     C_in = data.check_centroids(C0, "C0")
     C = data.project(C_in.clone(), name="C0")
     comm = data.comm

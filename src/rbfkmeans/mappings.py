@@ -55,6 +55,7 @@ from torch import Tensor
 
 from . import _thresholds
 from ._validation import check_dense, compute_dtype
+from .errors import value_error
 
 __all__ = [
     "entmax15",
@@ -254,7 +255,7 @@ def _check_inplace(z: Any, scale: Any) -> float:
     if isinstance(scale, bool) or not isinstance(scale, int | float):
         raise TypeError(f"scale must be a real number; got {type(scale).__name__} {scale!r}")
     if not math.isfinite(scale) or scale == 0:
-        raise ValueError(f"scale must be finite and non-zero; got {scale!r}")
+        raise value_error(scale, f"scale must be finite and non-zero; got {scale!r}")
     return float(scale)
 
 

@@ -39,6 +39,7 @@ from ._validation import (
 )
 from .assignments import Assignment, get_assignment
 from .distances import shifted_scores, sq_distances
+from .errors import NonFiniteError
 
 __all__ = [
     "entropy_bound",
@@ -99,10 +100,10 @@ def _objective(X: Tensor, C: Tensor, T: float, assignment: str,
         if bool(torch.isfinite(F)):
             return F
     if bool(torch.isfinite(objective_from_distances(D, 0.0, "hard", sample_weight))):
-        raise ValueError(  # J is finite: the entropy term T * H overflows
+        raise NonFiniteError(  # J is finite: the entropy term T * H overflows
             f"temperature={T!r} is too large for float64: the objective overflows (got "
             f"{F.item()!r}) though J at these X and C is finite; use a smaller temperature")
-    raise ValueError(
+    raise NonFiniteError(
         "X and C are too far apart for float64: the objective overflows (got "
         f"{F.item()!r}); the supported range is max |x - c| * sqrt(4 d sum(w)) < 1.3e154. "
         "Rescale X and C (or the weights)")

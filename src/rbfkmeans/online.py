@@ -33,6 +33,7 @@ from ._parameters import (
     torch_dtype,
 )
 from .comm import Comm
+from .errors import NonFiniteError
 from .frame import Frame
 from .inference import check_reach, to_numpy
 from .metrics import get_metric
@@ -207,7 +208,8 @@ class OnlineFitMixin:
         if fit.C is None or fit.counts is None:
             raise ValueError("batches yielded no data")
         if not (math.isfinite(fit.inertia) and bool(torch.isfinite(fit.C).all())):
-            raise ValueError(  # a batch far beyond the frame of the first ones (rbfkmeans.frame)
+            # a batch far beyond the frame of the first ones (rbfkmeans.frame)
+            raise NonFiniteError(
                 "batches: a batch lies too far from the centroids of the first batches for "
                 f"{self._dtype_} (its squared distances overflow); rescale the batches alike")
         self._frame_ = fit.frame

@@ -52,6 +52,7 @@ from ._validation import (
 from .assignments import Assignment, get_assignment
 from .comm import Comm
 from .distances import chunk_rows, cross_term, iter_chunks, row_min, row_norms_sq
+from .errors import NonFiniteError
 from .metrics import Metric, get_metric, unit_rows
 from .sparse import SparseRows
 
@@ -483,14 +484,14 @@ def check_objectives(F: float, J: float, T: float, assignment: str) -> None:
     their distances) and an infinite ``F_T`` with a finite ``J`` an entropy term ``2T (sum w)
     H`` beyond it (a temperature far above the data's scale)."""
     if not math.isfinite(J):
-        raise ValueError(f"X is too far from the centroids for float64: its k-means objective "
-                         f"J (the weighted sum of its squared distances) overflows (got {J!r});"
-                         " rescale X or its weights")
+        raise NonFiniteError(f"X is too far from the centroids for float64: its k-means objective "
+                             f"J (the weighted sum of its squared distances) overflows (got {J!r});"
+                             " rescale X or its weights")
     if not math.isfinite(F):
-        raise ValueError(f"T must be small enough for the objective to be finite in "
-                         f"float64; got T={T!r}, at which the entropy term 2T sum_i w_i H_i of "
-                         f"the {assignment} objective overflows (got {F!r}) though J={J:.6g} "
-                         "is finite; use a smaller temperature")
+        raise NonFiniteError(f"T must be small enough for the objective to be finite in "
+                             f"float64; got T={T!r}, at which the entropy term 2T sum_i w_i H_i of "
+                             f"the {assignment} objective overflows (got {F!r}) though J={J:.6g} "
+                             "is finite; use a smaller temperature")
 
 
 @torch.no_grad()

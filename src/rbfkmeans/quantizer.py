@@ -61,6 +61,7 @@ from .assignments import check_assignment
 from .codebook import CodebookUpdates, code_perplexity
 from .comm import Comm
 from .distances import sq_distances
+from .errors import NonFiniteError
 from .inference import check_reach
 from .metrics import check_metric, get_metric
 from .objectives import objective_from_distances
@@ -306,11 +307,12 @@ class VectorQuantizer(CodebookUpdates, nn.Module):
         hard = self.commitment_weight * (X - q).square().sum() \
             + objective_from_distances(D, 0.0, "hard")
         if self.update == "objective" and bool(torch.isfinite(hard)):
-            raise ValueError(f"temperature={self.temperature!r} is too large for {X.dtype}: the "
-                             "loss overflows (its entropy term does) though z lies within reach "
-                             "of the codes; use a smaller temperature")
-        raise ValueError(f"z lies too far from the codes for {X.dtype}: the loss overflows "
-                         "(its squared terms do not fit); rescale z")
+            raise NonFiniteError(
+                f"temperature={self.temperature!r} is too large for {X.dtype}: the "
+                "loss overflows (its entropy term does) though z lies within reach "
+                "of the codes; use a smaller temperature")
+        raise NonFiniteError(f"z lies too far from the codes for {X.dtype}: the loss overflows "
+                             "(its squared terms do not fit); rescale z")
 
     def distances(self, z: Tensor) -> Tensor:
         """Distances ``d`` (..., k) from ``z`` (..., d) to the codes (no statistics kept)."""

@@ -25,6 +25,7 @@ from ._validation import (
     check_tensor,
     largest_magnitude,
 )
+from .errors import NonFiniteError, value_error
 
 __all__ = [
     "CODEBOOK_DTYPES",
@@ -66,7 +67,7 @@ def check_number(value: Any, name: str, rule: str, ok: Any) -> float:
         raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r}")
     v = float(value)
     if not math.isfinite(v) or not ok(v):
-        raise ValueError(f"{name} must be {rule}; got {value!r}")
+        raise value_error(v, f"{name} must be {rule}; got {value!r}")
     return v
 
 
@@ -160,8 +161,9 @@ def check_loaded_state(state_dict: Mapping[str, Any], prefix: str, dtype: torch.
             if bool(bad.any()):
                 what = "entries beyond its range" if bool(torch.isfinite(t).all()) \
                     else "NaN or inf entries"
-                raise ValueError(f"{key} must be finite in {dtype}; got {int(bad.sum())} {what} "
-                                 "(the quantizer is left as it was)")
+                raise NonFiniteError(
+                    f"{key} must be finite in {dtype}; got {int(bad.sum())} {what} "
+                    "(the quantizer is left as it was)")
             if spherical and C.dim() == 2 and C.shape[1] > 0:
                 zero = (C == 0).all(dim=1)  # (k,)
                 if bool(zero.any()):
@@ -171,8 +173,9 @@ def check_loaded_state(state_dict: Mapping[str, Any], prefix: str, dtype: torch.
         elif name == "counts":
             bad = ~torch.isfinite(t.double()) | (t < 0)
             if bool(bad.any()):
-                raise ValueError(f"{key} must hold finite counts >= 0; got {int(bad.sum())} "
-                                 f"NaN, inf or negative entries (e.g. {t[bad][0].item()!r})")
+                error = ValueError if bool(torch.isfinite(t.double()).all()) else NonFiniteError
+                raise error(f"{key} must hold finite counts >= 0; got {int(bad.sum())} NaN, inf "
+                            f"or negative entries (e.g. {t[bad][0].item()!r})")
         elif name == "unused_steps":
             bad = t < 0
             if t.is_floating_point():  # copied into int64: whole numbers in its range

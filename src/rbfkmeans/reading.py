@@ -10,6 +10,7 @@ its values there (:func:`~rbfkmeans._parameters.check_fits_float32`).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -22,11 +23,25 @@ from torch import Tensor
 from ._parameters import as_float32_if_half, check_fits_float32, check_sample_weight, torch_dtype
 from ._validation import tensor_of
 from .comm import Comm
+from .errors import NonFiniteError
 from .metrics import _zero_row_error, check_nonzero_rows, get_metric
 from .passes import Data
 from .sparse import SparseRows
 
 __all__ = ["ReadingMixin"]
+
+_X_NAMED = re.compile(r"\bX\b")
+
+
+def _naming_x(exc: ValueError | TypeError) -> ValueError | TypeError:
+    """``exc``, raised by scikit-learn's reading of ``X``, if its message names ``X`` (``"X has
+    3 features, but ... is expecting 2"``); else an error of the same type whose message does
+    and keeps scikit-learn's words after it (``"Found array with 0 sample(s) ..."``, ``"could
+    not convert string to float: 'abc'"``)."""
+    message = str(exc)
+    if _X_NAMED.search(message):
+        return exc
+    return type(exc)(f"X must be a 2-D array of numbers (n_samples, n_features); {message}")
 
 
 class ReadingMixin:
@@ -42,17 +57,24 @@ class ReadingMixin:
 
     def _check_X(self: Any, X: Any, *, reset: bool, min_samples: int = 1) -> np.ndarray:
         X = as_float32_if_half(X)
-        X = validate_data(
-            self, X, reset=reset, dtype=[np.float64, np.float32], ensure_min_samples=min_samples,
-            accept_sparse="csr", copy=False, ensure_all_finite=False,
-        )
+        try:
+            X = validate_data(
+                self, X, reset=reset, dtype=[np.float64, np.float32],
+                ensure_min_samples=min_samples, accept_sparse="csr", copy=False,
+                ensure_all_finite=False,
+            )
+        except (ValueError, TypeError) as exc:  # scikit-learn's message, with X named
+            raise _naming_x(exc) from None
         # NaN and inf: a finite torch sum, on every core, clears X (scikit-learn's own check is
         # a sum on one core, 14 ms of a 0.13 s fit of MNIST); else scikit-learn's message
         values = X.data if sp.issparse(X) else X
         finite = values.size == 0 or bool(torch.isfinite(tensor_of(values).sum()))
         if not finite:  # NaN/inf, or finite values whose sum overflows (no error then, and
             with np.errstate(over="ignore", invalid="ignore"):  # no warning of that sum)
-                assert_all_finite(X, input_name="X", estimator_name=type(self).__name__)
+                try:
+                    assert_all_finite(X, input_name="X", estimator_name=type(self).__name__)
+                except ValueError as exc:
+                    raise NonFiniteError(str(exc)) from None
         if sp.issparse(X):  # rows as stored entries (rbfkmeans.sparse), never densified
             if get_metric(self.metric).spherical:  # (scipy sums duplicate entries in place:
                 # of a copy, never of the caller's matrix)

@@ -59,6 +59,7 @@ from torch import Tensor
 
 from ._validation import check_positive_int, check_real, check_temperature
 from .assignments import get_assignment
+from .errors import NonFiniteError
 from .metrics import check_metric, normalize_rows
 from .spread import covariance_eigmax, sphere_spread
 
@@ -100,9 +101,10 @@ def sphere_eigmax(tangent_eigmax: float, mean_norm: float) -> float:
                          f"{mean_norm!r}")
     value = float(tangent_eigmax) / max(float(mean_norm), MIN_MEAN_NORM)
     if not math.isfinite(value):
-        raise ValueError(f"tangent_eigmax / max(mean_norm, {MIN_MEAN_NORM:g}) overflows float64 "
-                         f"(the eigenvalue of unit rows' covariance is at most 1); got "
-                         f"tangent_eigmax={tangent_eigmax!r}, mean_norm={mean_norm!r}")
+        raise NonFiniteError(
+            f"tangent_eigmax / max(mean_norm, {MIN_MEAN_NORM:g}) overflows float64 "
+            f"(the eigenvalue of unit rows' covariance is at most 1); got "
+            f"tangent_eigmax={tangent_eigmax!r}, mean_norm={mean_norm!r}")
     return value
 
 

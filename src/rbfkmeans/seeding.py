@@ -24,6 +24,7 @@ from torch import Tensor
 from ._validation import check_positive_int, tensor_of
 from .comm import Comm
 from .distances import row_norms_sq
+from .errors import NonFiniteError
 from .passes import Data, check_data, nearest
 from .sparse import dense
 
@@ -209,8 +210,10 @@ def initial_centers(
             f"init array must have shape (n_clusters, n_features) = ({k}, {data.d}); "
             f"got {C0.shape}"
         )
-    if not np.issubdtype(C0.dtype, np.number) or not np.isfinite(C0).all():
+    if not np.issubdtype(C0.dtype, np.number):
         raise ValueError("init array must be finite numbers; got NaN, inf or non-numbers")
+    if not np.isfinite(C0).all():
+        raise NonFiniteError("init array must be finite numbers; got NaN, inf or non-numbers")
     C = tensor_of(C0).to(device=data.X.device, dtype=data.X.dtype).clone()
     data.comm.broadcast_(C, src=0)
     return data.project(C, name="init")

@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from .distances import WIDE_DOTS
+from .errors import NonFiniteError
 from .metrics import _all_unit, _zero_row_error
 
 __all__ = ["SparseRows", "dense", "is_sparse"]
@@ -97,7 +98,7 @@ def _check_csr(crow: Any, col: Any, val: Any, shape: Any) -> None:
             raise ValueError(f"col must hold column indices in [0, {d}); got {bad}")
         if not bool(torch.isfinite(val).all()):
             count = int((~torch.isfinite(val)).sum())
-            raise ValueError(f"val must be finite; got {count} NaN/inf entries")
+            raise NonFiniteError(f"val must be finite; got {count} NaN/inf entries")
 
 
 class SparseRows:
@@ -142,7 +143,7 @@ class SparseRows:
         if A.dtype.kind not in "fiub":
             raise TypeError(f"A must hold real numbers; got dtype {A.dtype}")
         if not np.isfinite(A.data).all():
-            raise ValueError(f"A holds {int((~np.isfinite(A.data)).sum())} NaN or inf entries")
+            raise NonFiniteError(f"A holds {int((~np.isfinite(A.data)).sum())} NaN or inf entries")
         A.sum_duplicates()
         A.sort_indices()
         val = torch.from_numpy(np.asarray(A.data))

@@ -35,6 +35,7 @@ from ._validation import (
     largest_magnitude,
 )
 from .distances import chunk_rows, iter_chunks
+from .errors import NonFiniteError
 from .sparse import SparseRows
 
 if TYPE_CHECKING:
@@ -247,13 +248,13 @@ def _check_eigen_input(Y: Tensor, u: Tensor, Yn: np.ndarray, un: np.ndarray) -> 
         if bool((u < 0).any()):
             raise ValueError(f"u must be >= 0 (weights); got a negative entry "
                              f"(min {float(u.min())!r})")
-        raise ValueError(f"u is too large: its sum overflows ({tot_u!r}); rescale u")
+        raise NonFiniteError(f"u is too large: its sum overflows ({tot_u!r}); rescale u")
     if not math.isfinite(big):
         check_finite(Y, "Y")
     top = float(np.finfo(Yn.dtype).max)
     d = Yn.shape[1]
     if not (tot_u * d * big * big < top and d * big < top):
-        raise ValueError(
+        raise NonFiniteError(
             f"Y and u are too large for {Yn.dtype}: the entries of A = Y^T diag(u) Y overflow "
             f"(largest |y| {big:.3g} over {d} features, sum(u) {tot_u:.3g}); rescale Y or u")
 
@@ -387,7 +388,9 @@ def sparse_spread(X: SparseRows, w: Tensor | None = None, *, sample: int | None 
     n, d = X.shape
     if w is not None and (not isinstance(w, Tensor) or w.shape != (n,)
                           or not bool(torch.isfinite(w).all()) or bool((w < 0).any())):
-        raise ValueError(f"w must be a finite non-negative tensor of shape ({n},); got "
+        error = (NonFiniteError if isinstance(w, Tensor) and w.shape == (n,)
+                 and not bool(torch.isfinite(w).all()) else ValueError)
+        raise error(f"w must be a finite non-negative tensor of shape ({n},); got "
                          f"{w if not isinstance(w, Tensor) else tuple(w.shape)}")
     ww = torch.ones(n, dtype=torch.float64, device=X.device) if w is None else w.double()
     tot = float(ww.sum())

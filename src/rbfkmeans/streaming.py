@@ -44,6 +44,7 @@ from ._validation import (
 )
 from .assignments import Assignment, get_assignment
 from .comm import Comm, raise_if_rejected
+from .errors import NonFiniteError
 from .frame import Frame
 from .metrics import check_metric, get_metric
 from .passes import Data, check_data, cluster_stats
@@ -93,8 +94,10 @@ def minibatch_step(
 def _check_counts(counts: Any, k: int) -> None:
     """Raise unless ``counts`` holds ``k`` finite running counts ``>= 0``."""
     check_vector(counts, "counts", k)
-    if not bool(torch.isfinite(counts).all()) or bool((counts < 0).any()):
-        raise ValueError("counts must be finite and >= 0; got a negative or non-finite entry")
+    if not bool(torch.isfinite(counts).all()):
+        raise NonFiniteError("counts must be finite and >= 0; got a non-finite entry")
+    if bool((counts < 0).any()):
+        raise ValueError("counts must be finite and >= 0; got a negative entry")
 
 
 class MiniBatchKMeans:
@@ -158,7 +161,7 @@ class MiniBatchKMeans:
         try:
             data.check_centroids(self.C)
         except ValueError as exc:  # the rows, in the frame of the first batches, are too far
-            raise ValueError(
+            raise NonFiniteError(
                 "batches: a batch lies too far from the centroids of the first batches for "
                 f"{data.X.dtype} (its squared distances overflow); rescale the batches alike "
                 f"({exc})") from None
@@ -272,8 +275,8 @@ def _check_reach(x: float, c: float, d: int, dt: torch.dtype) -> None:
     name, far_from = ("X", "the centroids C") if x >= c else ("C", "the rows of X")
     check_within_reach(x, c, d, torch.float64, name=name, far_from=far_from)
     if not x + c < torch.finfo(dt).max:
-        raise ValueError(f"{name} lies too far from {far_from} for {dt}: their differences "
-                         f"overflow (entries of x - c up to {x + c:.3g}); rescale {name}")
+        raise NonFiniteError(f"{name} lies too far from {far_from} for {dt}: their differences "
+                             f"overflow (entries of x - c up to {x + c:.3g}); rescale {name}")
 
 
 def batch_data(item: Any) -> Any:

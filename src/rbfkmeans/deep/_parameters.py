@@ -14,6 +14,7 @@ import numpy as np
 
 from .._validation import check_positive_int
 from ..assignments import check_assignment
+from ..errors import NonFiniteError, value_error
 from .augment import check_image_shape
 from .checks import check_networks
 
@@ -122,7 +123,7 @@ def check_rule(name: str, value: Any) -> Any:
     parameter, the rule (and the bound) and the value otherwise."""
     rule, ok = RULES[name]
     if not ok(value):
-        raise ValueError(f"{name} must be {rule}; got {value!r}")
+        raise value_error(value, f"{name} must be {rule}; got {value!r}")
     bound, within = BOUNDS.get(name, ("", lambda v: True))
     if not within(value):
         raise ValueError(f"{name} must be {rule}, {bound}; got {value!r}")
@@ -177,14 +178,15 @@ def settings(dc: Any, *, pretraining: bool) -> str:
     return ", ".join(f"{name}={getattr(dc, name)!r}" for name in names)
 
 
-def diverged(dc: Any, epoch: int, exc: Exception, *, pretraining: bool) -> ValueError:
-    """The ``ValueError`` of a stage whose values stopped being finite at ``epoch`` (``X`` was
-    checked finite before the stage started): it names the settings that can cause it."""
+def diverged(dc: Any, epoch: int, exc: Exception, *, pretraining: bool) -> NonFiniteError:
+    """The error of a stage whose values stopped being finite at ``epoch`` (``exc``, a
+    :class:`~rbfkmeans.errors.NonFiniteError` raised inside it; ``X`` was checked finite before
+    the stage started): it names the settings that can cause it."""
     stage = "pretraining" if pretraining else "joint training"
     rate = "pretrain_lr" if pretraining else "lr"
-    return ValueError(f"{stage} did not stay finite at epoch {epoch}: X is finite, so a "
-                      f"learning rate ({rate}), weight or temperature may be too large "
-                      f"({settings(dc, pretraining=pretraining)}); {exc}")
+    return NonFiniteError(f"{stage} did not stay finite at epoch {epoch}: X is finite, so a "
+                          f"learning rate ({rate}), weight or temperature may be too large "
+                          f"({settings(dc, pretraining=pretraining)}); {exc}")
 
 
 def _trains(network: Any) -> bool:

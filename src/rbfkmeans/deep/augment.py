@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._validation import check_positive_int, check_tensor
+from ..errors import NonFiniteError, value_error
 
 __all__ = ["affine_images", "check_image_shape", "random_affine", "random_shift"]
 
@@ -64,7 +65,7 @@ def _check_images(X: object) -> None:
         raise ValueError(f"X must be a 2-D tensor of image rows (b, c*h*w); got shape "
                          f"{tuple(X.shape)}")
     if not bool(torch.isfinite(X).all()):
-        raise ValueError("X must be finite; got NaN or inf entries")
+        raise NonFiniteError("X must be finite; got NaN or inf entries")
 
 
 class _GridOverflow(ValueError):
@@ -122,7 +123,7 @@ def affine_images(X: Tensor, image_shape: tuple[int, ...], angles: Tensor, scale
     for name, value in (("angles", angles), ("scales", scales), ("shifts", shifts)):
         if not bool(torch.isfinite(value).all()):
             bad = value[~torch.isfinite(value)][0].item()
-            raise ValueError(f"{name} must be finite; got {bad}")
+            raise NonFiniteError(f"{name} must be finite; got {bad}")
     if not bool((scales > 0).all()):
         raise ValueError(f"scales must be > 0; got {scales[scales <= 0][0].item()}")
     try:
@@ -182,7 +183,8 @@ def random_affine(X: Tensor, image_shape: tuple[int, ...], max_shift: float = 0.
                              ("max_scaling", max_scaling, math.inf)):
         if (isinstance(value, bool) or not isinstance(value, Real)
                 or not 0 <= value <= top or not math.isfinite(value)):
-            raise ValueError(f"{name} must be a finite number in [0, {top}]; got {value!r}")
+            raise value_error(value, f"{name} must be a finite number in [0, {top}]; got "
+                                     f"{value!r}")
     if not isinstance(X, Tensor):  # the rest of X's checks: affine_images
         raise TypeError(f"X must be a floating-point torch.Tensor; got {type(X).__name__}")
     b = X.shape[0]
@@ -194,5 +196,5 @@ def random_affine(X: Tensor, image_shape: tuple[int, ...], max_shift: float = 0.
     except _GridOverflow as exc:  # the grid of a draw overflows X's dtype: name the bound
         name, value = (("max_scaling", max_scaling) if exc.part == "scales"
                        else ("max_shift", max_shift))
-        raise ValueError(f"{name} must be small enough that the sampling grid of every draw "
-                         f"is finite in {X.dtype} (the images' dtype); got {value!r}") from None
+        raise NonFiniteError(f"{name} must be small enough that the sampling grid of every draw "
+                             f"is finite in {X.dtype} (the images' dtype); got {value!r}") from None

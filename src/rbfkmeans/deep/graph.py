@@ -36,6 +36,7 @@ from torch import Tensor
 
 from .._validation import check_dense, check_finite, check_matrix, check_positive_int
 from ..distances import cross_term, iter_chunks, row_norms_sq
+from ..errors import NonFiniteError
 from .inputs import _row_moments
 
 __all__ = ["CENTRING_OFFSET", "knn_graph", "neighbor_average", "principal_projection",
@@ -159,9 +160,9 @@ def neighbor_average(R: Tensor, neighbors: Tensor, rows: slice | Tensor | None =
     # one sum of the output; only where it overflows, the entries themselves
     if out.numel() and not bool(torch.isfinite(out.sum())) \
             and not bool(torch.isfinite(out).all()):
-        raise ValueError(f"R's entries are too large to average in {R.dtype}: a row's sum with "
-                         f"its {neighbors.shape[1]} neighbours' overflows (memberships lie in "
-                         "[0, 1])")
+        raise NonFiniteError(f"R's entries are too large to average in {R.dtype}: a row's sum with "
+                             f"its {neighbors.shape[1]} neighbours' overflows (memberships lie in "
+                             "[0, 1])")
     return out
 
 

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..distances import iter_chunks
+from ..errors import NonFiniteError
 from .checks import check_embedding, modes_kept
 from .graph import neighbor_average
 
@@ -65,9 +66,10 @@ class InferenceMixin:
                            for rows in iter_chunks(Xt.shape[0], EMBED_ROWS)])
         bad = ~torch.isfinite(Z).all(dim=1)
         if bool(bad.any()):
-            raise ValueError(f"the encoder's embedding of X holds NaN or inf (in {int(bad.sum())} "
-                             f"of {Z.shape[0]} rows, e.g. row {int(bad.nonzero()[0, 0])}); X is "
-                             "finite, so the encoder's weights or its computation are not")
+            raise NonFiniteError(
+                f"the encoder's embedding of X holds NaN or inf (in {int(bad.sum())} "
+                f"of {Z.shape[0]} rows, e.g. row {int(bad.nonzero()[0, 0])}); X is "
+                "finite, so the encoder's weights or its computation are not")
         return Z
 
     @torch.no_grad()

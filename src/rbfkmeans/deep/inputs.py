@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from .._validation import check_finite, check_tensor, tensor_of
+from ..errors import NonFiniteError
 from .augment import check_image_shape
 
 __all__ = ["OFFSET_RATIO", "SPREAD_RANGE", "as_rows", "input_scale", "warn_if_unscaled"]
@@ -78,7 +79,7 @@ def as_rows(X: Any, device: torch.device, image_shape: Any = None) -> Tensor:
     Xt = Xt.to(device=dev, dtype=torch.float32)
     if not torch.isfinite(Xt).all():
         if given.is_floating_point() and not torch.isfinite(given).all():
-            raise ValueError("X must be finite; got NaN or inf entries")
+            raise NonFiniteError("X must be finite; got NaN or inf entries")
         big = given.abs().argmax()
         raise ValueError(f"X must fit float32, in which the encoder reads it (largest magnitude "
                          f"{torch.finfo(torch.float32).max:.4g}); got "

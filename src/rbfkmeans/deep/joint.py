@@ -67,6 +67,7 @@ import torch
 from torch import Tensor, nn
 
 from ..assignments import check_assignment
+from ..errors import NonFiniteError
 from ..layer import KMeansLayer
 from ..schedules import critical_temperature
 from ._parameters import check_parameters, check_rule, check_trainable, diverged
@@ -391,8 +392,8 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
         t0 = time.perf_counter()
         try:
             self._init_layer(Xt)
-        except ValueError as exc:  # the pretrained encoder's embedding is not finite
-            if not getattr(self, "pretrain_history_", None) or "NaN or inf" not in str(exc):
+        except NonFiniteError as exc:  # the pretrained encoder's embedding is not finite
+            if not getattr(self, "pretrain_history_", None):
                 raise
             raise diverged(self, self.pretrain_epochs - 1, exc, pretraining=True) from exc
         if neighbors is not None and self.joint_graph == "embedding":

@@ -56,6 +56,7 @@ from torch import Tensor
 from .._validation import check_dense, check_finite, check_matrix, check_real
 from ..assignments import get_assignment
 from ..distances import iter_chunks
+from ..errors import NonFiniteError
 from ..objectives import objective_from_distances
 from .graph import check_graph, check_rows, neighbor_average
 
@@ -149,7 +150,7 @@ def fenchel_young_loss(D: Tensor, P: Tensor, T: float, assignment: str) -> Tenso
     entry = get_assignment(assignment)
     scaled = T > 0.0 and not entry.hard
     if scaled and 2.0 * T * torch.finfo(D.dtype).max < 1.0:
-        raise ValueError(
+        raise NonFiniteError(
             f"T must be 0 or at least {0.5 / torch.finfo(D.dtype).max:.3g} for {D.dtype} "
             f"distances: the loss l_T / 2T and its gradient (P - R) / 2T overflow below; got "
             f"T={T!r} (pass T=0 for the hard limit, in distance units)")
@@ -165,9 +166,9 @@ def fenchel_young_loss(D: Tensor, P: Tensor, T: float, assignment: str) -> Tenso
         return gap
     loss = gap / (2.0 * T)
     if not bool(torch.isfinite(loss.detach())):
-        raise ValueError(f"the loss l_T / 2T overflows {D.dtype} at T={T!r} (l_T = "
-                         f"{float(gap.detach()):.3g} in distance units): raise T, or pass T=0 "
-                         f"for the hard limit")
+        raise NonFiniteError(f"the loss l_T / 2T overflows {D.dtype} at T={T!r} (l_T = "
+                             f"{float(gap.detach()):.3g} in distance units): raise T, or pass T=0 "
+                             f"for the hard limit")
     return loss
 
 
@@ -258,14 +259,15 @@ def neighbor_contrastive_loss(Z: Tensor, Z_pos: Tensor, tau: float = 0.5) -> Ten
     _some_rows(Z, "Z")
     dtype = torch.promote_types(Z.dtype, Z_pos.dtype)
     if tau * torch.finfo(dtype).max < 1.0:
-        raise ValueError(f"tau must be at least {1.0 / torch.finfo(dtype).max:.3g} for {dtype} "
-                         f"rows (1 / tau overflows below); got {tau!r}")
+        raise NonFiniteError(f"tau must be at least {1.0 / torch.finfo(dtype).max:.3g} for {dtype} "
+                             f"rows (1 / tau overflows below); got {tau!r}")
     Z, Z_pos = Z.to(dtype), Z_pos.to(dtype)  # float32 with float64: in float64
     logits = Z @ Z_pos.T / tau  # (b, b)
     if not bool(torch.isfinite(logits.detach()).all()):
-        raise ValueError(f"the scores Z @ Z_pos.T / tau overflow {logits.dtype} at tau={tau!r} "
-                         f"(largest |z_i . z'_l| = {float((Z @ Z_pos.T).abs().max()):.3g}): Z and "
-                         f"Z_pos should be rows on the unit sphere")
+        raise NonFiniteError(
+            f"the scores Z @ Z_pos.T / tau overflow {logits.dtype} at tau={tau!r} "
+            f"(largest |z_i . z'_l| = {float((Z @ Z_pos.T).abs().max()):.3g}): Z and "
+            f"Z_pos should be rows on the unit sphere")
     target = torch.arange(Z.shape[0], device=Z.device)
     return 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target))
 
@@ -292,8 +294,8 @@ def neighbor_consistency_loss(R: Tensor, R_pos: Tensor, entropy_weight: float = 
     # value can overflow, and only then is the loss looked at (a synchronisation)
     if entropy_weight * math.log(R.shape[1]) + 19.0 >= torch.finfo(loss.dtype).max \
             and not bool(torch.isfinite(loss.detach())):
-        raise ValueError(f"entropy_weight is too large for {loss.dtype} memberships: the loss "
-                         f"overflows (log k - H(mean R) = "
-                         f"{math.log(R.shape[1]) - float(entropy):.3g}); got "
-                         f"entropy_weight={entropy_weight!r}")
+        raise NonFiniteError(f"entropy_weight is too large for {loss.dtype} memberships: the loss "
+                             f"overflows (log k - H(mean R) = "
+                             f"{math.log(R.shape[1]) - float(entropy):.3g}); got "
+                             f"entropy_weight={entropy_weight!r}")
     return loss

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..errors import NonFiniteError
 from ._parameters import check_trainable, diverged
 from .augment import random_affine, random_shift
 from .checks import check_output_width, check_reconstruction
@@ -48,18 +49,12 @@ def training_rows(Xt: Tensor) -> Tensor:
 
 
 def finite_loss(loss: Tensor) -> Tensor:
-    """``loss`` (a scalar) when it is finite; else ``ValueError`` (a weight times a term
-    overflowed float32), which the stages report as :func:`~rbfkmeans.deep._parameters.diverged`."""
+    """``loss`` (a scalar) when it is finite; else :class:`~rbfkmeans.errors.NonFiniteError` (a
+    weight times a term overflowed float32), which the stages report as
+    :func:`~rbfkmeans.deep._parameters.diverged`."""
     if not bool(torch.isfinite(loss.detach())):
-        raise ValueError(f"the loss is not finite ({float(loss.detach())!r})")
+        raise NonFiniteError(f"the loss is not finite ({float(loss.detach())!r})")
     return loss
-
-
-def is_overflow(exc: ValueError) -> bool:
-    """Whether ``exc``, raised inside a stage's epoch, says that values are not finite (rather
-    than that a network broke its contract): the stage's values overflowed."""
-    message = str(exc)
-    return "finite" in message or "NaN" in message or "overflow" in message
 
 
 class PretrainMixin:
@@ -138,9 +133,7 @@ class PretrainMixin:
             for idx in self._batches(Xt.shape[0], gen):
                 try:
                     loss = finite_loss(self._pretrain_step(Xt, idx, neighbors, gen))
-                except ValueError as exc:  # X is finite: the settings made it overflow
-                    if not is_overflow(exc):
-                        raise
+                except NonFiniteError as exc:  # X is finite: the settings made it overflow
                     raise diverged(self, epoch, exc, pretraining=True) from exc
                 opt.zero_grad()
                 loss.backward()

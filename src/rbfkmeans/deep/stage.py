@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..assignments import get_assignment
+from ..errors import NonFiniteError, value_error
 from ._parameters import diverged
 from .checks import check_input_width, check_reconstruction
 from .guard import collapse_guard
@@ -34,7 +35,7 @@ from .losses import (
     neighbor_consistency_loss,
     target_sizes,
 )
-from .pretrain import finite_loss, is_overflow
+from .pretrain import finite_loss
 from .start import epoch_temperatures
 
 __all__ = ["JointStageMixin"]
@@ -112,10 +113,10 @@ class JointStageMixin:
             return np.zeros(self.epochs)
         for name, value in (("T_start", self.T_start), ("T_end", self.T_end)):
             if not 0.0 < value * Tc < math.inf:  # in units of T_c: the product over/underflows
-                raise ValueError(f"{name} must be a number > 0 that times the critical "
-                                 f"temperature T_c={Tc:.6g} of the initial embedding is a "
-                                 f"finite number > 0; got {name}={value!r}, which gives "
-                                 f"{value * Tc!r}")
+                raise value_error(
+                    value * Tc, f"{name} must be a number > 0 that times the critical "
+                    f"temperature T_c={Tc:.6g} of the initial embedding is a finite number > 0; "
+                    f"got {name}={value!r}, which gives {value * Tc!r}")
         return epoch_temperatures(self.T_start * Tc, self.T_end * Tc, self.epochs)
 
     def _joint(self: Any, Xt: Tensor, neighbors: Tensor | None) -> None:
@@ -163,9 +164,7 @@ class JointStageMixin:
                 new_labels = self._nearest(Z)
                 changed = float((new_labels != labels).float().mean())
                 labels = new_labels
-            except ValueError as exc:  # X is finite: the settings made it overflow
-                if not is_overflow(exc):
-                    raise
+            except NonFiniteError as exc:  # X is finite: the settings made it overflow
                 raise diverged(self, epoch, exc, pretraining=False) from exc
             record = {"epoch": epoch, "T": layer.temperature, "reseeded": reseeded,
                       "label_change": changed}

@@ -14,6 +14,7 @@ from scipy.optimize import linear_sum_assignment
 
 from .._validation import check_finite, check_matrix
 from ..distances import sq_distances
+from ..errors import NonFiniteError, value_error
 from ..lloyd import lloyd
 from ..passes import Data
 from ..seeding import kmeans_plusplus
@@ -206,7 +207,7 @@ def _power_of_ten(a: float, t: np.ndarray, g: np.ndarray) -> float:
     try:
         return 10.0**a
     except OverflowError:
-        raise ValueError(
+        raise NonFiniteError(
             f"the fitted A = 10^{a:.6g} overflows float64: T (from {float(t.min())!r} to "
             f"{float(t.max())!r}) and gap (from {float(g.min())!r} to {float(g.max())!r}) lie "
             "too far apart in scale; rescale T or gap") from None
@@ -227,8 +228,8 @@ def _positive_series(T: Any, gap: Any) -> tuple[np.ndarray, np.ndarray]:
         bad = ~(np.isfinite(a) & (a > 0))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"{name} must hold finite numbers > 0 (a logarithm is fitted); "
-                             f"got {float(a[i])!r} at index {i}")
+            raise value_error(a[i], f"{name} must hold finite numbers > 0 (a logarithm is "
+                                    f"fitted); got {float(a[i])!r} at index {i}")
         out.append(a)
     t, g = out
     if t.shape != g.shape:
@@ -243,8 +244,8 @@ def _abscissae(u: np.ndarray, t: np.ndarray, what: str, symbol: str) -> np.ndarr
     and holds two distinct values; else ``ValueError`` naming ``T``."""
     if not np.isfinite(u).all():
         i = int(np.flatnonzero(~np.isfinite(u))[0])
-        raise ValueError(f"T must hold numbers whose {what} are finite ({symbol} is fitted); "
-                         f"got {float(t[i])!r} at index {i}")
+        raise NonFiniteError(f"T must hold numbers whose {what} are finite ({symbol} is fitted); "
+                             f"got {float(t[i])!r} at index {i}")
     if np.unique(u).size < 2:
         raise ValueError(f"T must hold at least two temperatures of distinct {what} in float64 "
                          f"({symbol} is fitted); got {t.tolist()!r}")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import check_nonnegative, check_positive_int, check_real
+from ..errors import NonFiniteError
 
 __all__ = ["DATASETS", "Dataset", "blobs", "circles", "make_dataset", "moons", "spirals",
            "standardize"]
@@ -54,8 +55,8 @@ def _check_noise(noise: float, jitter: np.ndarray) -> np.ndarray:
     """``jitter = noise * z`` if it is finite, else raise naming ``noise`` (a finite ``noise``
     whose draws overflow float64)."""
     if not np.isfinite(jitter).all():
-        raise ValueError(f"noise must be small enough that the noisy points are finite in "
-                         f"float64; got noise={noise!r}, whose draws overflow")
+        raise NonFiniteError(f"noise must be small enough that the noisy points are finite in "
+                             f"float64; got noise={noise!r}, whose draws overflow")
     return jitter
 
 
@@ -63,8 +64,8 @@ def _check_points(X: np.ndarray, name: str, value: float) -> np.ndarray:
     """``X`` if it is finite, else raise naming ``name`` (whose ``value`` put it beyond
     float64's range)."""
     if not np.isfinite(X).all():
-        raise ValueError(f"{name} must be small enough that the points are finite in float64; "
-                         f"got {name}={value!r}, whose points overflow")
+        raise NonFiniteError(f"{name} must be small enough that the points are finite in float64; "
+                             f"got {name}={value!r}, whose points overflow")
     return X
 
 
@@ -89,8 +90,8 @@ def blobs(
     std = check_nonnegative(std, "std")
     box = check_real(box, "box", positive=True)
     if box > MAX_BOX:
-        raise ValueError(f"box must be at most {MAX_BOX:.6g} (the centres' interval "
-                         f"[-box, box] must have a finite width in float64); got {box!r}")
+        raise NonFiniteError(f"box must be at most {MAX_BOX:.6g} (the centres' interval "
+                             f"[-box, box] must have a finite width in float64); got {box!r}")
     # disjoint discs of radius 3 std, centred in the box, lie in the box grown by 3 std
     if _discs_overflow(centers, std, box):
         raise _cannot_place(centers, std, box, "their discs of radius 3 * std do not fit")
@@ -153,8 +154,8 @@ def spirals(
     turns = check_real(turns, "turns", positive=True)
     lo, hi = np.pi / 2, np.pi / 2 + 2 * np.pi * turns
     if not math.isfinite(hi * hi):  # theta^2 is drawn: it must be a float64
-        raise ValueError(f"turns must be at most {_MAX_TURNS:.3g} (the largest angle's square, "
-                         f"(pi/2 + 2 pi turns)^2, must be finite in float64); got {turns!r}")
+        raise NonFiniteError(f"turns must be at most {_MAX_TURNS:.3g} (the largest angle's square, "
+                             f"(pi/2 + 2 pi turns)^2, must be finite in float64); got {turns!r}")
     rng = np.random.default_rng(seed)
     parts = []
     for arm, m in enumerate(_split(n, 2)):
@@ -200,7 +201,7 @@ def standardize(X: np.ndarray) -> np.ndarray:
         raise ValueError(f"X must be a non-empty 2-D array of real numbers (n, d); got "
                          f"{arr.dtype} of shape {arr.shape}")
     if not np.isfinite(arr).all():
-        raise ValueError("X must be finite; got NaN or inf entries")
+        raise NonFiniteError("X must be finite; got NaN or inf entries")
     if arr.dtype.kind != "f":
         arr = arr.astype(np.float64)  # as X - X.mean(axis=0) promotes integers and bools
     _, e = np.frexp(np.abs(arr).max())
