@@ -23,7 +23,7 @@ rows (peers fitted on the normalised rows, every method scored by the spherical 
 workload (:func:`warm`: numba's kernels compiled or loaded, thread pools started).
 
 The pass timings compare one hard pass (labels and sums), one softmax and one entmax-1.5 soft
-pass of :func:`rbfkmeans.passes.cluster_stats` with the bare product ``X @ C.T`` of the same
+pass of :func:`rbfkmeans.stats.cluster_stats` with the bare product ``X @ C.T`` of the same
 shapes (torch, 2 threads), the fastest of ``--repeat`` each.
 
 Run by hand: ``python benchmarks/bench_embeddings.py [--only NAME ...] [--quick]``; writes
@@ -194,7 +194,8 @@ def faster_setting(k: int) -> dict[str, Any]:
 def pass_times(X: np.ndarray, k: int, repeat: int) -> dict[str, float]:
     """One hard, softmax and entmax-1.5 pass over ``X`` against ``k`` rows of it, and the bare
     product, in seconds (the fastest of ``repeat``)."""
-    from rbfkmeans.passes import Data, cluster_stats
+    from rbfkmeans.passes import Data
+    from rbfkmeans.stats import cluster_stats
 
     Xt = torch.from_numpy(X)
     C = Xt[torch.randperm(len(X), generator=torch.Generator().manual_seed(0))[:k]].clone()

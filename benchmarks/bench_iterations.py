@@ -29,8 +29,9 @@ from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
 from rbfkmeans import RBFKMeans, warmup
-from rbfkmeans.passes import Data, cluster_stats
+from rbfkmeans.passes import Data
 from rbfkmeans.schedules import critical_temperature
+from rbfkmeans.stats import cluster_stats
 
 RESULTS = Path(__file__).parent / "results" / "iterations.json"
 

@@ -1,7 +1,7 @@
 """Scale: throughput of one vs two processes under torch.distributed, and peak memory against n.
 
 Throughput (workload W: ``make_blobs`` n=200,000, d=32, k=64, float32). One clustering iteration
-is one :func:`~rbfkmeans.passes.cluster_stats` pass (all-reduced over the ranks) plus the update
+is one :func:`~rbfkmeans.stats.cluster_stats` pass (all-reduced over the ranks) plus the update
 ``c_j <- S_j / N_j``; it is timed for hard, softmax and entmax-1.5 memberships, and a whole
 annealed fit (entmax-1.5, the default) is timed too, in three layouts, each in fresh processes:
 
@@ -55,7 +55,8 @@ import rbfkmeans as rk
 from rbfkmeans import warmup
 from rbfkmeans.comm import Comm
 from rbfkmeans.distributed import process_group, shard
-from rbfkmeans.passes import Data, cluster_stats
+from rbfkmeans.passes import Data
+from rbfkmeans.stats import cluster_stats
 
 RESULTS = Path(__file__).parent / "results" / "scale.json"
 MB = 1 << 20

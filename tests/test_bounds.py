@@ -18,8 +18,9 @@ from rbfkmeans.lloyd import (
     bounds_pay,
     lloyd,
 )
-from rbfkmeans.passes import Data, cluster_stats, nearest
+from rbfkmeans.passes import Data, nearest
 from rbfkmeans.relocation import hard_update
+from rbfkmeans.stats import cluster_stats
 
 
 def _blobs(seed: int, n: int, d: int, centers: int, dtype: torch.dtype = torch.float64

@@ -25,7 +25,7 @@ from rbfkmeans.assignments import get_assignment
 from rbfkmeans.cli import main
 from rbfkmeans.lloyd import lloyd
 from rbfkmeans.metrics import METRICS, UNIT_TOLERANCE, normalize_rows, project_rows, unit_rows
-from rbfkmeans.passes import Data, cluster_stats
+from rbfkmeans.passes import Data
 from rbfkmeans.relocation import mean_update
 from rbfkmeans.schedules import (
     MIN_MEAN_NORM,
@@ -35,6 +35,7 @@ from rbfkmeans.schedules import (
 )
 from rbfkmeans.sparse import SparseRows
 from rbfkmeans.spread import sphere_spread
+from rbfkmeans.stats import cluster_stats
 from rbfkmeans.streaming import macqueen_updates
 
 

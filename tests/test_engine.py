@@ -24,10 +24,11 @@ from rbfkmeans.annealing import SoftLloydStep, anneal, rebalance_duplicates, sof
 from rbfkmeans.comm import Comm, raise_if_rejected
 from rbfkmeans.costs import swap_costs
 from rbfkmeans.lloyd import lloyd
-from rbfkmeans.passes import Data, cluster_stats, nearest
+from rbfkmeans.passes import Data, nearest
 from rbfkmeans.relocation import farthest_points, relocate_empty
 from rbfkmeans.schedules import critical_temperature_factor
 from rbfkmeans.seeding import initial_centers, kmeans_plusplus
+from rbfkmeans.stats import cluster_stats
 from rbfkmeans.streaming import macqueen_updates, minibatch_step
 from rbfkmeans.swaps import swap_search
 

@@ -16,7 +16,8 @@ import rbfkmeans as rk
 from rbfkmeans.gradient import GradientStep, gradient_step
 from rbfkmeans.mappings import softmax, softmax_
 from rbfkmeans.objectives import objective_from_distances
-from rbfkmeans.passes import Data, cluster_stats
+from rbfkmeans.passes import Data
+from rbfkmeans.stats import cluster_stats
 
 _X = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [10.0, 10.0]])
 _C = torch.tensor([[0.0, 0.0], [10.0, 10.0]])

@@ -1,7 +1,7 @@
 """Groups of coincident centroids (the mass-constrained form) and the event-driven ladder.
 
 References: the same computation on the ``k`` copies (each group's centroid repeated ``m_j``
-times) with the registry's mappings and :func:`rbfkmeans.passes.cluster_stats`, in float64; the
+times) with the registry's mappings and :func:`rbfkmeans.stats.cluster_stats`, in float64; the
 critical temperature of :mod:`rbfkmeans.schedules`; the measured growth or decay of a split
 perturbation under the copies' soft-Lloyd map, on the reproduction's datasets.
 """
@@ -20,9 +20,10 @@ from rbfkmeans.assignments import get_assignment
 from rbfkmeans.comm import Comm
 from rbfkmeans.experiments.datasets import make_dataset
 from rbfkmeans.groups import group_memberships, group_stats
-from rbfkmeans.passes import Data, cluster_stats
+from rbfkmeans.passes import Data
 from rbfkmeans.schedules import critical_temperature
 from rbfkmeans.splits import Subsample, anneal_splits
+from rbfkmeans.stats import cluster_stats
 
 SOFT = ["softmax", "entmax15", "sparsemax"]
 

@@ -34,7 +34,8 @@ from sklearn.metrics import adjusted_rand_score
 import rbfkmeans as rk
 from rbfkmeans.frame import Frame
 from rbfkmeans.lloyd import lloyd
-from rbfkmeans.passes import Data, cluster_stats
+from rbfkmeans.passes import Data
+from rbfkmeans.stats import cluster_stats
 
 # -- every public function: a bad argument is named, never an IndexError or an AttributeError ---
 
@@ -100,7 +101,7 @@ FUNCTIONS = [
     "objectives.entropy_bound", "objectives.kmeans_objective",
     "objectives.objective_from_distances", "objectives.shannon_objective",
     "objectives.soft_objective", "objectives.sparsemax_objective", "objectives.tsallis_objective",
-    "passes.check_labels", "passes.cluster_stats", "passes.nearest", "passes.nearest_labels",
+    "passes.check_labels", "stats.cluster_stats", "passes.nearest", "passes.nearest_labels",
     "quantizer.code_perplexity", "relocation.farthest_points", "relocation.hard_update",
     "relocation.mean_update", "relocation.relocate_empty", "repeats.fold_repeats",
     "residuals.cancels", "residuals.residual_sum", "residuals.settled_inertia",

@@ -34,8 +34,9 @@ from rbfkmeans.cli_fit import output_paths
 from rbfkmeans.frame import Frame
 from rbfkmeans.gradient import GradientStep, gradient_step
 from rbfkmeans.lloyd import lloyd
-from rbfkmeans.passes import Data, cluster_stats
+from rbfkmeans.passes import Data
 from rbfkmeans.sparse import SparseRows
+from rbfkmeans.stats import cluster_stats
 
 _g = torch.Generator().manual_seed(0)
 X = torch.randn(30, 3, generator=_g, dtype=torch.float64)

@@ -36,7 +36,8 @@ from rbfkmeans.assignments import get_assignment
 from rbfkmeans.costs import _halves, _scatter_times, removal_costs, swap_costs
 from rbfkmeans.groups import GroupStats, _kernel_sums_wide, _torch_sums, group_stats
 from rbfkmeans.lloyd import lloyd
-from rbfkmeans.passes import Data, cluster_stats, nearest, nearest_labels
+from rbfkmeans.passes import Data, nearest, nearest_labels
+from rbfkmeans.stats import cluster_stats
 
 SOFT = ["softmax", "entmax15", "sparsemax"]
 
@@ -110,7 +111,7 @@ def test_soft_pass_in_the_kernel_equals_the_chunked_pass(
     """A soft pass in the group kernel (every group one centroid) gives the chunked torch pass's
     ``N``, ``S``, ``F_T``, ``J`` and soft weight (float64), at temperatures where rows have one,
     a few or every centroid as a candidate (the kernel's sorts by insertion and by merging)."""
-    from rbfkmeans import passes
+    from rbfkmeans import stats
 
     X, w = _points(seed, n, d, weighted=weighted)
     data = Data(X, w)
@@ -121,10 +122,10 @@ def test_soft_pass_in_the_kernel_equals_the_chunked_pass(
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RBFKMEANS_KERNELS", "1")
         mp.setattr(kernels, "group_pass", lambda *a, **kw: calls.append(a[4]) or real(*a, **kw))
-        mp.setattr(passes, "_soft_in_kernel", lambda *a: True)
+        mp.setattr(stats, "_soft_in_kernel", lambda *a: True)
         fused = cluster_stats(data, C, T, kind, objective=objective)
         assert calls == [kind]
-        mp.setattr(passes, "_soft_in_kernel", lambda *a: False)
+        mp.setattr(stats, "_soft_in_kernel", lambda *a: False)
         plain = cluster_stats(data, C, T, kind, objective=objective)
         assert len(calls) == 1
     scale = float(X.abs().max()) * max(1.0, float(fused.N.sum()))
@@ -140,7 +141,7 @@ def test_which_soft_passes_run_in_the_kernel(monkeypatch: pytest.MonkeyPatch) ->
     """Softmax up to KERNEL_SOFTMAX_MAX_K centroids; entmax-1.5 and sparsemax while a sample's
     rows have at most KERNEL_CANDIDATES candidates on average (a cold temperature, not a hot
     one); never with labels asked for, nor on the torch passes."""
-    from rbfkmeans import passes
+    from rbfkmeans import stats
 
     X, _ = _points(3, 2000, 40)
     data = Data(X)
@@ -148,7 +149,7 @@ def test_which_soft_passes_run_in_the_kernel(monkeypatch: pytest.MonkeyPatch) ->
     real = kernels.group_pass
     monkeypatch.setattr(kernels, "group_pass",
                         lambda *a, **kw: calls.append(a[4]) or real(*a, **kw))
-    small, large = X[:passes.KERNEL_SOFTMAX_MAX_K] + 0.01, X[:100] + 0.01
+    small, large = X[:stats.KERNEL_SOFTMAX_MAX_K] + 0.01, X[:100] + 0.01
     mean_sq = float(torch.cdist(X, large).square().mean())
     cold, hot = 1e-4 * mean_sq, 10.0 * mean_sq
     for C, T, kind, fused in ((small, hot, "softmax", True),

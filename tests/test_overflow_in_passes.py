@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from rbfkmeans import annealing, groups, objectives, passes, relocation, residuals, streaming
+from rbfkmeans import annealing, groups, objectives, passes, relocation, residuals, stats, streaming
 
 X = torch.tensor([[0.0, 0], [1, 0], [10, 10], [11, 10]], dtype=torch.float64)
 C = torch.tensor([[0.5, 0], [10.5, 10]], dtype=torch.float64)
@@ -50,8 +50,8 @@ _PASSES = {
     "nearest_labels": lambda data, Cx: passes.nearest_labels(data, Cx),
     "nearest": lambda data, Cx: passes.nearest(data, Cx),
     "nearest two": lambda data, Cx: passes.nearest(data, Cx, two=True),
-    "cluster_stats soft": lambda data, Cx: passes.cluster_stats(data, Cx, 1.0, "softmax"),
-    "cluster_stats hard": lambda data, Cx: passes.cluster_stats(data, Cx, 0.0, "hard"),
+    "cluster_stats soft": lambda data, Cx: stats.cluster_stats(data, Cx, 1.0, "softmax"),
+    "cluster_stats hard": lambda data, Cx: stats.cluster_stats(data, Cx, 0.0, "hard"),
     "minibatch_step": lambda data, Cx: streaming.minibatch_step(
         data, Cx, torch.ones(2, dtype=torch.float64), 0.0, "hard"),
     "farthest_points": lambda data, Cx: relocation.farthest_points(data, Cx, 1),
@@ -88,7 +88,7 @@ def test_far_but_representable_values_are_computed() -> None:
     near = passes.nearest(passes.Data(Xs), Cs)
     N, _, J = _hard_reference(Xs.numpy(), Cs.numpy())
     np.testing.assert_allclose(near.dist.sum().item(), J, rtol=1e-12)
-    st = passes.cluster_stats(passes.Data(Xs), Cs, 0.0, "hard")
+    st = stats.cluster_stats(passes.Data(Xs), Cs, 0.0, "hard")
     np.testing.assert_array_equal(st.N.numpy(), N)
 
 
@@ -124,7 +124,7 @@ def test_cluster_stats_at_a_tiny_temperature_are_the_hard_ones(case: int,
                                                                assignment: str) -> None:
     Xc, Cc, T = _tiny_cases()[case]
     N, S, J = _hard_reference(Xc.double().numpy(), Cc.double().numpy())
-    st = passes.cluster_stats(passes.Data(Xc), Cc, T, assignment, return_labels=True)
+    st = stats.cluster_stats(passes.Data(Xc), Cc, T, assignment, return_labels=True)
     np.testing.assert_array_equal(st.N.double().numpy(), N)
     np.testing.assert_allclose(st.S.double().numpy(), S, rtol=1e-5, atol=1e-6 * abs(S).max())
     assert math.isfinite(st.objective)
@@ -156,7 +156,7 @@ def test_memberships_at_a_tiny_temperature_split_exact_ties() -> None:
     Xt = torch.tensor([[0.0, 0.0], [3.0, 0.0]], dtype=torch.float64)
     Ct = torch.tensor([[-1.0, 0.0], [1.0, 0.0]], dtype=torch.float64)
     for assignment in SOFT:
-        st = passes.cluster_stats(passes.Data(Xt), Ct, 1e-320, assignment)
+        st = stats.cluster_stats(passes.Data(Xt), Ct, 1e-320, assignment)
         np.testing.assert_allclose(st.N.numpy(), [0.5, 1.5], rtol=1e-15)
         np.testing.assert_allclose(st.N.sum().item(), Xt.shape[0], rtol=1e-15)
 
@@ -190,7 +190,7 @@ def test_cluster_stats_at_a_huge_temperature(assignment: str) -> None:
     uniform), J that of the nearest centroids; where the sum truly overflows, T is named."""
     w = torch.full((4,), 0.25, dtype=torch.float64)
     _, _, J = _hard_reference(X.numpy(), C.numpy())
-    st = passes.cluster_stats(passes.Data(X, w), C, 1e308, assignment)
+    st = stats.cluster_stats(passes.Data(X, w), C, 1e308, assignment)
     np.testing.assert_allclose(st.N.numpy(), [0.5, 0.5])
     np.testing.assert_allclose(st.inertia, J / 4, rtol=1e-12)
     if assignment == "softmax":
@@ -203,7 +203,7 @@ def test_cluster_stats_at_a_huge_temperature(assignment: str) -> None:
             "T must be small enough for the objective to be finite in float64; got T=1e+308, "
             f"at which the entropy term 2T sum_i w_i H_i of the {assignment} objective "
             "overflows (got -inf) though J=1 is finite")):
-        passes.cluster_stats(passes.Data(X), C, 1e308, assignment)
+        stats.cluster_stats(passes.Data(X), C, 1e308, assignment)
     gs = groups.group_stats(passes.Data(X, w), C, torch.ones(2), 1e308, assignment)
     np.testing.assert_allclose(gs.objective, st.objective, rtol=1e-12)
 
@@ -223,9 +223,9 @@ def test_anneal_names_a_perturbation_out_of_range() -> None:
 
 _FLAGS = {
     "validate": lambda v: passes.Data(X, validate=v),
-    "return_labels": lambda v: passes.cluster_stats(passes.Data(X), C, 1.0, "softmax",
+    "return_labels": lambda v: stats.cluster_stats(passes.Data(X), C, 1.0, "softmax",
                                                     return_labels=v),
-    "objective": lambda v: passes.cluster_stats(passes.Data(X), C, 1.0, "softmax",
+    "objective": lambda v: stats.cluster_stats(passes.Data(X), C, 1.0, "softmax",
                                                 objective=v),
     "two": lambda v: passes.nearest(passes.Data(X), C, two=v),
     "critical": lambda v: groups.group_stats(passes.Data(X), C, torch.ones(2), 1.0, "softmax",

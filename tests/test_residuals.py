@@ -17,9 +17,10 @@ from sklearn.datasets import make_blobs
 
 import rbfkmeans.residuals as residuals
 from rbfkmeans import RBFKMeans
-from rbfkmeans.passes import Data, cluster_stats
+from rbfkmeans.passes import Data
 from rbfkmeans.residuals import cancels, residual_sum, settled_inertia
 from rbfkmeans.sparse import SparseRows
+from rbfkmeans.stats import cluster_stats
 
 
 def _residual_J(X: np.ndarray, C: np.ndarray, labels: np.ndarray,

@@ -23,9 +23,10 @@ from sklearn.metrics import adjusted_rand_score
 from rbfkmeans import RBFKMeans
 from rbfkmeans.frame import Frame
 from rbfkmeans.lloyd import lloyd
-from rbfkmeans.passes import Data, cluster_stats, nearest
+from rbfkmeans.passes import Data, nearest
 from rbfkmeans.sparse import SparseRows, dense, is_sparse
 from rbfkmeans.spread import sparse_spread
+from rbfkmeans.stats import cluster_stats
 from rbfkmeans.subspace import principal_subspace
 
 

@@ -1,6 +1,6 @@
 r"""Deterministic annealing (Rose 1998): the soft-Lloyd fixed point at each temperature.
 
-At a temperature ``T`` the soft-Lloyd map ``c_j <- m_j = S_j / N_j`` (:mod:`rbfkmeans.passes`)
+At a temperature ``T`` the soft-Lloyd map ``c_j <- m_j = S_j / N_j`` (:mod:`rbfkmeans.stats`)
 is iterated to a fixed point of the relaxed objective ``F_T``; the next, colder temperature starts
 from it (warm start). Above the first critical temperature every centroid sits at the data mean;
 below it the centroids split (:mod:`rbfkmeans.schedules`). The ladder is a list of temperatures
@@ -26,8 +26,9 @@ from torch import Tensor
 from ._validation import check_bool, check_nonnegative, check_positive_int, check_temperature
 from .assignments import Assignment, get_assignment
 from .errors import NonFiniteError
-from .passes import Data, Stats, check_data, cluster_stats, nearest
+from .passes import Data, check_data, nearest
 from .relocation import mean_update
+from .stats import Stats, cluster_stats
 
 __all__ = [
     "AnnealResult",

@@ -26,7 +26,7 @@ second-nearest centroid reset both bounds).
 
 The statistics ``N_j, S_j`` of a cluster whose members are unchanged are kept; the others are
 summed again over their members, in row order as a full pass sums them. The labels, and so the
-whole Lloyd trajectory, are those of :func:`rbfkmeans.passes.cluster_stats`' hard pass except
+whole Lloyd trajectory, are those of :func:`rbfkmeans.stats.cluster_stats`' hard pass except
 where two centroids are within rounding of a tie for a point.
 """
 
@@ -38,7 +38,8 @@ import torch
 from torch import Tensor
 
 from .distances import cross_term, row_dots, row_min, row_norms_sq
-from .passes import Data, Stats
+from .passes import Data
+from .stats import Stats
 
 __all__ = ["MOVERS", "MOVERS_MIN_K", "BoundedAssignment"]
 
@@ -71,7 +72,7 @@ def _two_nearest(data: Data, rows: Tensor | slice, C: Tensor, C_sq: Tensor
 
 class BoundedAssignment:
     """The hard pass of a Lloyd run (module docstring): call it with the centroids of each
-    iteration; it returns their :class:`~rbfkmeans.passes.Stats` (``N``, ``S`` summed over the
+    iteration; it returns their :class:`~rbfkmeans.stats.Stats` (``N``, ``S`` summed over the
     ranks, ``labels`` a new tensor each call; the objectives are NaN, as with
     ``objective=False``).
 

@@ -53,15 +53,9 @@ from . import kernels
 from ._validation import check_bool, check_matrix, check_temperature, check_tensor
 from .assignments import Assignment, get_assignment
 from .distances import chunk_rows, row_norms_sq
-from .passes import (
-    Data,
-    check_data,
-    check_hard_tol,
-    check_objectives,
-    scores_in_range,
-    shifted_scores,
-)
+from .passes import Data, check_data
 from .spread import top_eigenpair
+from .stats import check_hard_tol, check_objectives, scores_in_range, shifted_scores
 
 __all__ = ["GroupStats", "group_memberships", "group_stats"]
 
@@ -193,8 +187,8 @@ def group_stats(
     :data:`rbfkmeans.kernels.MAX_DIM` features, with the scores from BLAS products inside the
     kernel (and the gain matrices from matrix products over each group's rows) beyond. At a
     temperature so far from the data's scale that the scores or the entropy terms may leave the
-    dtype's range (:func:`rbfkmeans.passes.scores_in_range`) the sums come from the chunked
-    torch pass on shifted scores (:func:`rbfkmeans.passes.shifted_scores`)."""
+    dtype's range (:func:`rbfkmeans.stats.scores_in_range`) the sums come from the chunked
+    torch pass on shifted scores (:func:`rbfkmeans.stats.shifted_scores`)."""
     check_data(data)
     entry = get_assignment(assignment)
     T = check_temperature(T, "T")
@@ -220,7 +214,7 @@ def group_stats_unchecked(data: Data, C: Tensor, m: Tensor, T: float, entry: Ass
     finite in the data's dtype and device, ``m`` integers >= 1 on that device, ``T > 0``, a
     soft ``entry``. The annealing's passes call it directly (their checks cost as much as a
     pass on a few thousand rows). ``plain=False`` (scores that may leave the dtype's range, see
-    :func:`rbfkmeans.passes.scores_in_range`) takes the chunked torch pass on shifted
+    :func:`rbfkmeans.stats.scores_in_range`) takes the chunked torch pass on shifted
     scores."""
     g, d = C.shape
     dev, dt = data.X.device, data.X.dtype
@@ -366,7 +360,7 @@ def _torch_sums(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment, o
     """The sums of :func:`group_stats` by chunked torch operations: ``N``, ``S``, ``V``,
     ``acc = [F_T, J, soft weight]`` and the gain matrices of the groups ``split`` (None
     without). ``plain=False``: from shifted scores, the objective in an order that overflows
-    only where its value does (:func:`rbfkmeans.passes.shifted_scores`)."""
+    only where its value does (:func:`rbfkmeans.stats.shifted_scores`)."""
     g, d = C.shape
     dev, dt = data.X.device, data.X.dtype
     critical = split is not None

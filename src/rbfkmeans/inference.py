@@ -27,9 +27,10 @@ from .frame import Frame, scale_by_power_of_two
 from .layer import KMeansLayer
 from .mappings import hardmax
 from .metrics import cosine_similarity, get_metric, normalize_rows
-from .passes import cluster_stats, nearest_labels
+from .passes import nearest_labels
 from .residuals import settled_inertia
 from .sparse import SparseRows, is_sparse
+from .stats import cluster_stats
 
 __all__ = ["InferenceMixin", "check_reach", "to_numpy"]
 

@@ -7,7 +7,7 @@ each row's scores, its memberships and its share of the sums are computed while 
 cache, in float64, the rows split into at most ``MAX_BLOCKS`` blocks (from ``n`` alone, so the
 result does not depend on the number of threads) whose partial sums are added in block order.
 
-:func:`hard_pass` is one Lloyd assignment (:func:`rbfkmeans.passes.cluster_stats` at ``T = 0``):
+:func:`hard_pass` is one Lloyd assignment (:func:`rbfkmeans.stats.cluster_stats` at ``T = 0``):
 
 .. math::
 
@@ -71,8 +71,9 @@ except ImportError:  # pragma: no cover
     numba = None  # type: ignore[assignment]
 
 #: the switch and the rule are public; the pass functions below are the engine's, called by
-#: the passes of :mod:`rbfkmeans.passes`, :mod:`rbfkmeans.groups`, :mod:`rbfkmeans.splits` and
-#: :mod:`rbfkmeans.lloyd` once :func:`usable` holds (they do not check their arguments again),
+#: the passes of :mod:`rbfkmeans.stats`, :mod:`rbfkmeans.passes`, :mod:`rbfkmeans.groups`,
+#: :mod:`rbfkmeans.splits` and :mod:`rbfkmeans.lloyd` once :func:`usable` holds (they do not
+#: check their arguments again),
 #: and :func:`launch`, :func:`as_array`, :func:`weights_array` and :func:`blocks` are the
 #: calling convention every wrapper shares (:mod:`rbfkmeans.search_kernels` too)
 __all__ = ["MAX_DIM", "enabled", "usable"]

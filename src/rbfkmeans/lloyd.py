@@ -29,9 +29,10 @@ from ._validation import check_nonnegative, check_positive_int
 from .bounds import BoundedAssignment
 from .distances import row_dots
 from .errors import value_error
-from .passes import Data, Stats, check_data, cluster_stats
+from .passes import Data, check_data
 from .relocation import hard_update
 from .sparse import dense
+from .stats import Stats, cluster_stats
 
 __all__ = ["CYCLE_WINDOW", "RESOLUTION", "RESOLUTION_AFTER", "STALL", "LloydResult",
            "bounds_pay", "lloyd"]

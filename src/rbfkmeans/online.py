@@ -37,10 +37,10 @@ from .errors import NonFiniteError
 from .frame import Frame
 from .inference import check_reach, to_numpy
 from .metrics import get_metric
-from .passes import cluster_stats
 from .residuals import settled_inertia
 from .seeding import initial_centers
 from .sparse import dense, is_sparse
+from .stats import cluster_stats
 from .streaming import MiniBatchKMeans, agree_on_batch, array_batches, batch_data, macqueen_updates
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from typing import Any
 from torch import Tensor
 
 from ._validation import check_bool, check_positive_int
-from .passes import Stats
+from .stats import Stats
 
 __all__ = ["annealing_ticker", "bar", "lloyd_ticker"]
 

@@ -20,9 +20,10 @@ import torch
 
 from .frame import Frame
 from .inference import to_numpy
-from .passes import Data, cluster_stats
+from .passes import Data
 from .residuals import settled_inertia
 from .rowspace import RowSpace
+from .stats import cluster_stats
 
 __all__ = ["distinct_rows", "leave_frame", "leave_row_space"]
 

@@ -28,8 +28,9 @@ import torch
 from torch import Tensor
 
 from ._validation import check_positive_int, check_vector
-from .passes import Data, Stats, check_data, nearest
+from .passes import Data, check_data, nearest
 from .sparse import dense
+from .stats import Stats
 
 __all__ = ["farthest_points", "hard_update", "mean_update", "relocate_empty"]
 
@@ -86,7 +87,7 @@ def relocate_empty(data: Data, C_new: Tensor, empty: Tensor) -> Tensor:
 
 
 def _check_stats(st: Any, k: int) -> None:
-    """Raise unless ``st`` is the :class:`~rbfkmeans.passes.Stats` of a pass with ``k``
+    """Raise unless ``st`` is the :class:`~rbfkmeans.stats.Stats` of a pass with ``k``
     centroids."""
     if not isinstance(st, Stats) or st.N.shape != (k,):
         raise TypeError(f"st must be the Stats of a pass over data with {k} centroids; got "

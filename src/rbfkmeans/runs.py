@@ -41,7 +41,7 @@ from torch import Tensor
 from . import progress, subspace
 from ._validation import check_positive_int
 from .lloyd import LloydResult, bounds_pay, lloyd
-from .passes import Data, cluster_stats
+from .passes import Data
 from .refine import Refinement, misjudged
 from .relocation import mean_update
 from .seeding import initial_centers
@@ -55,6 +55,7 @@ from .starts import (
     geometric_ladder,
     race,
 )
+from .stats import cluster_stats
 
 if TYPE_CHECKING:
     from .estimator import RBFKMeans

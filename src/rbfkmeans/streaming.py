@@ -11,7 +11,7 @@ One step on a batch ``B`` (rows ``x_i``, weights ``w_i``, memberships ``r_ij``; 
 Since ``dF_B/dc_j = 2 (N^B_j c_j - S^B_j)``, this is the gradient step on the batch objective with
 the per-cluster rate ``eta_j = 1 / (2 n_j)``: MacQueen's online rule applied a batch at a time
 (Sculley 2010, "Web-scale k-means clustering"). A batch is never held as more than
-``chunk_rows x k`` memberships (:func:`rbfkmeans.passes.cluster_stats`), and under
+``chunk_rows x k`` memberships (:func:`rbfkmeans.stats.cluster_stats`), and under
 ``torch.distributed`` the batch statistics are summed over ranks, so every rank takes the same step.
 
 :class:`MiniBatchKMeans` drives these steps over a stream of batches: it seeds the centroids by
@@ -47,10 +47,11 @@ from .comm import Comm, raise_if_rejected
 from .errors import NonFiniteError
 from .frame import Frame
 from .metrics import check_metric, get_metric
-from .passes import Data, check_data, cluster_stats
+from .passes import Data, check_data
 from .relocation import relocate_empty
 from .seeding import INITS, initial_centers
 from .sparse import SparseRows
+from .stats import cluster_stats
 
 __all__ = [
     "MiniBatchKMeans",

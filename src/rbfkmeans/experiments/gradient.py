@@ -25,7 +25,8 @@ from ..annealing import soft_lloyd
 from ..gradient import gradient_step
 from ..lloyd import lloyd
 from ..objectives import kmeans_objective, soft_objective
-from ..passes import Data, cluster_stats
+from ..passes import Data
+from ..stats import cluster_stats
 from ._common import Context
 
 __all__ = ["gradient_vs_lloyd"]
