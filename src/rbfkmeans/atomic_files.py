@@ -8,8 +8,9 @@ as it was: temporaries and outputs already moved are removed, the files they rep
 back (kept meanwhile as hard links, or renamed where there are none) and folders made for them
 are removed. A command that writes a whole report folder (``reproduce``, ``deep-cluster``,
 ``vq``) writes it into :func:`staged_folder`'s temporary folder inside it, whose files are moved
-into place the same way once the command has succeeded. Problems are :class:`OutputError`,
-one line each.
+into place the same way once the command has succeeded; such a temporary folder left by a run
+killed outright does not make the folder one that holds files. Problems are
+:class:`OutputError`, one line each.
 """
 
 from __future__ import annotations
@@ -124,17 +125,37 @@ def write_outputs(targets: Sequence[Path | str], writers: Sequence[Writer],
         raise
 
 
+_STAGE_PREFIX, _STAGE_SUFFIX = ".rbfkmeans-report.", ".tmp"
+"""How :func:`staged_folder`'s temporary folder is named: prefix, random letters, suffix."""
+
+
 def check_report_folder(out: Path | str, force: bool) -> None:
     """Raise unless ``out`` can take a command's report: a folder that exists or can be made
     (:func:`check_out`) and, without ``force``, holds nothing yet, so that no file the command
-    did not write in this run is replaced unless asked."""
+    did not write in this run is replaced unless asked.
+
+    The tool's own staging folders (:func:`_is_stage`) do not count as files there: one is left
+    behind only by a run killed outright (SIGKILL, a power cut), and it holds nothing the user
+    wrote, while refusing the folder for it would block every later run. Such a folder is left
+    as it is, not removed: it may be another run's, still writing into the same folder (of two
+    such runs, the one that finishes second finds the other's files and is refused, as for
+    files that appeared while it ran)."""
     out = as_path(out, "out")
     check_out(out)
     if os.path.lexists(out) and not out.is_dir():
         raise OutputError(f"{out}: is a file, cannot write a report folder there")
-    if not force and out.is_dir() and any(out.iterdir()):
+    if not force and out.is_dir() and any(not _is_stage(p) for p in out.iterdir()):
         raise OutputError(f"{out} already holds files; pass --force to write the report over "
                           "them, or choose another folder")
+
+
+def _is_stage(path: Path) -> bool:
+    """Whether ``path`` is a staging folder of :func:`staged_folder`: a folder (not a link)
+    named ``.rbfkmeans-report.*.tmp``."""
+    name = path.name
+    return (name.startswith(_STAGE_PREFIX) and name.endswith(_STAGE_SUFFIX)
+            and len(name) > len(_STAGE_PREFIX) + len(_STAGE_SUFFIX)
+            and not path.is_symlink() and path.is_dir())
 
 
 @contextlib.contextmanager
@@ -145,14 +166,16 @@ def staged_folder(out: Path | str, force: bool) -> Iterator[Path]:
     to another disk); when the block ends without error the files are moved out of it into
     ``out`` all or none, files of the same names replaced only with ``force``. On any failure,
     an interrupt included, the temporary folder and the folders made for it are removed and
-    ``out`` is left as it was."""
+    ``out`` is left as it was. A Python exception is needed for that: the ``rbfkmeans`` command
+    turns SIGTERM into one (:func:`rbfkmeans.cli.main`); a process killed outright leaves the
+    temporary folder, which later runs ignore (:func:`check_report_folder`)."""
     out = as_path(out, "out")
     check_report_folder(out, force)
     created = _make_folders(out)
     stage: Path | None = None
     try:
         try:
-            stage = Path(tempfile.mkdtemp(prefix=".rbfkmeans-report.", suffix=".tmp", dir=out))
+            stage = Path(tempfile.mkdtemp(prefix=_STAGE_PREFIX, suffix=_STAGE_SUFFIX, dir=out))
         except OSError as exc:
             raise OutputError(f"{out}: cannot write ({_reason(exc)})") from None
         yield stage

@@ -1,12 +1,22 @@
-"""The ``rbfkmeans`` command line: one entry point, one subcommand per job."""
+"""The ``rbfkmeans`` command line: one entry point, one subcommand per job.
+
+While a command runs, SIGTERM (``kill``, ``timeout``, a scheduler ending a job) ends it as
+Ctrl-C does, through a Python exception, so that what it was writing is removed (a report's
+staging folder, an output's temporaries: :mod:`rbfkmeans.atomic_files`); it then exits with
+status 143 (``128 + SIGTERM``) and one line on stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import FrameType
 
 from .assignments import ASSIGNMENTS
 
@@ -127,11 +137,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Terminated(SystemExit):
+    """Raised in the main thread by SIGTERM while a command runs (:func:`_sigterm_exits`): like
+    ``KeyboardInterrupt``, it passes the commands' ``except Exception`` and runs their cleanup."""
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    """The SIGTERM handler of :func:`_sigterm_exits`: raise :class:`_Terminated` (status
+    ``128 + signum``) once; a second SIGTERM while the command cleans up is ignored, so that the
+    cleanup is not cut short (SIGKILL still ends the process)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise _Terminated(128 + signum)
+
+
+@contextlib.contextmanager
+def _sigterm_exits() -> Iterator[None]:
+    """For the block, SIGTERM raises :class:`_Terminated` in the main thread instead of ending
+    the process at once; the previous handler is put back after. Nothing changes when this runs
+    outside the main thread (Python sets handlers there only), or when SIGTERM is ignored
+    (``SIG_IGN``, as the caller wants) or has a handler not set from Python (not restorable)."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) in (signal.SIG_IGN, None):
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); return the exit status (143
+    where SIGTERM ended the command, its cleanup done)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        with _sigterm_exits():
+            return int(args.func(args))
+    except _Terminated as exc:
+        print(f"rbfkmeans {args.command}: terminated (SIGTERM)", file=sys.stderr)
+        return int(exc.code or 1)
     except BrokenPipeError:  # the reader of stdout left (`| head`): nothing more to say
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # Python's exit flush would fail again

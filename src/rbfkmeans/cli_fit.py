@@ -16,8 +16,9 @@ labels as integers, floats with the digits that round-trip them exactly.
 An output that already exists is an error before anything is read or fitted, unless ``--force`` is
 passed; the input file itself is never overwritten. The three are written all or none
 (:mod:`rbfkmeans.atomic_files`): a failed run leaves the folder as it was. Bad input (missing file,
-non-numeric or ragged CSV, NaN/inf, ``k > n``...) exits with status 2 and a one-line message on
-stderr, no traceback.
+non-numeric or ragged CSV, NaN/inf, ``k > n``, a zero row under ``--metric cosine``...) exits with
+status 2 and a one-line message on stderr, no traceback; a CSV's row is named by its line, a
+``.npy``'s by its index from 0.
 
 NumPy and the estimator are imported when the command runs, not when the parser is built.
 """
@@ -41,12 +42,14 @@ from .cli_args import MAX_N_INIT, folder
 from .errors import NonFiniteError
 from .metrics import METRICS
 from .table_file import (
+    InputError,
     check_input,
     header_warning,
     is_npy,
     one_line,
     parse_delimiter,
     read_matrix,
+    read_table,
 )
 
 if TYPE_CHECKING:
@@ -168,10 +171,12 @@ def run_fit(args: argparse.Namespace) -> int:
         check_out(out)
         targets = output_paths(args.file, out)
         check_targets(targets, args.file, args.force)
-        X, header = read_matrix(args.file, delimiter)
+        X, header, lines = read_table(args.file, delimiter)
         print(_describe(args.file, X, header), flush=True)
         if (note := header_warning(header)) is not None:
             print(f"rbfkmeans fit: warning: {args.file}: {note}", file=sys.stderr)
+        if args.metric == "cosine" and lines is not None:  # a .npy's: the estimator's index
+            _check_directions(args.file, X, lines)
         from .estimator import RBFKMeans
 
         est = RBFKMeans(args.n_clusters, assignment=args.assignment, metric=args.metric,
@@ -205,6 +210,18 @@ def run_fit(args: argparse.Namespace) -> int:
           f"time={seconds:.2f}s temperatures={temps}")
     print("  wrote " + ", ".join(str(p) for p in targets))
     return 0
+
+
+def _check_directions(path: Path, X: np.ndarray, lines: list[int]) -> None:
+    """For ``--metric cosine`` on a CSV: raise :class:`InputError` naming the first row of ``X``
+    whose entries are all zero by its line in ``path`` (``lines`` from :func:`read_table`), as
+    the other messages about the file do (the estimator would name its index in ``X``)."""
+    import numpy as np
+
+    zero = np.flatnonzero(~X.any(axis=1))
+    if zero.size:
+        raise InputError(f"{path}: line {lines[int(zero[0])]}: a zero row ({zero.size} in all); "
+                         "--metric cosine needs every row to have a direction (a non-zero norm)")
 
 
 def _describe(path: Path, X: np.ndarray, header: list[str] | None) -> str:

@@ -49,6 +49,10 @@ from .state_loading import load_all_or_nothing
 __all__ = ["KMeansLayer"]
 
 
+_GIVE_VALUES = " (give a meta layer values with to_empty(device=...), then load_state_dict)"
+"""How a layer built on the meta device gets values, said where it is refused for lack of them."""
+
+
 def _sparse_row_sq(X: Tensor) -> Tensor:
     """``||x_i||^2`` (n,) of a 2-D sparse (COO or CSR) tensor, as a dense tensor."""
     coo = X.to_sparse_coo().coalesce()
@@ -72,6 +76,10 @@ class KMeansLayer(nn.Module):
     ----------
     centroids : Tensor or array (k, d)
         Initial centroids ``C``; copied into a parameter (the caller's array is not touched).
+        On the meta device (or built inside ``with torch.device("meta")``) the layer has shapes
+        but no values, as torch's own layers: they are neither checked nor normalised, and it
+        computes nothing (``ValueError`` naming the meta device) until ``to_empty(device=...)``
+        and ``load_state_dict`` give it a real layer's.
     temperature : float, default 1.0
         ``T >= 0``; ``T = 0`` gives one-hot rows of the nearest centroid (ties to the lowest index).
     assignment : {"softmax", "entmax15", "sparsemax", "hard"}, default "softmax"
@@ -124,16 +132,20 @@ class KMeansLayer(nn.Module):
                 f"centroids must be a non-empty (k, d) matrix; got shape {tuple(C.shape)}"
             )
         C = C.to(compute_dtype(C.dtype))
-        if not torch.isfinite(C).all():
-            raise NonFiniteError("centroids must be finite; got NaN or inf entries")
-        if self.metric == "cosine":
-            C = normalize_rows(C, "centroids")
+        if not C.is_meta:  # a meta tensor holds no values to check or normalise (nn.Linear's
+            C = self._checked_values(C)  # way: to_empty, then load_state_dict, gives them)
         if learnable:
             self.centroids = nn.Parameter(C)
         else:
             self.register_buffer("centroids", C)
         self.temperature = temperature
         self.assignment = assignment
+
+    def _checked_values(self, C: Tensor) -> Tensor:
+        """``C`` (k, d), checked finite, and normalised for the cosine metric."""
+        if not torch.isfinite(C).all():
+            raise NonFiniteError("centroids must be finite; got NaN or inf entries")
+        return normalize_rows(C, "centroids") if self.metric == "cosine" else C
 
     # -- hyper-parameters, validated on every assignment ------------------------------------
     @property
@@ -229,7 +241,14 @@ class KMeansLayer(nn.Module):
 
     # -- computation ------------------------------------------------------------------------
     def _prepare(self, X: Tensor) -> Tensor:
+        """``X`` checked (a real tensor (..., d), on a device holding values) and in the
+        centroids' dtype."""
         check_tensor(X, "X")
+        if "meta" in (X.device.type, self.centroids.device.type):
+            raise ValueError(
+                "X and the centroids must hold values: a KMeansLayer does not compute on the meta "
+                f"device; got X on {X.device}, the centroids on {self.centroids.device}"
+                + (_GIVE_VALUES if self.centroids.is_meta else ""))
         if (X.is_sparse or X.layout == torch.sparse_csr) and X.dim() != 2:
             raise ValueError(f"sparse X must be a 2-D (n, d) tensor; got shape {tuple(X.shape)}")
         if X.dim() < 1 or X.shape[-1] != self.n_features:
@@ -340,6 +359,9 @@ class KMeansLayer(nn.Module):
         T = self.temperature
         if T == 0:
             raise ValueError("as_linear needs temperature > 0 (W = C/T); got temperature=0")
+        if self.centroids.is_meta:
+            raise ValueError("as_linear needs centroids holding values; got them on the meta "
+                             "device" + _GIVE_VALUES)
         C = self.centroids.detach()
         cosine = self.metric == "cosine"
         if cosine:
@@ -393,6 +415,8 @@ class KMeansLayer(nn.Module):
         rtol = max(rtol, 16.0 * torch.finfo(linear.weight.dtype).eps)
         if T == 0:
             raise ValueError("from_linear needs temperature > 0 (C = T * W); got temperature=0")
+        if linear.weight.is_meta:
+            raise ValueError("linear.weight must hold values; got a tensor on the meta device")
         check_finite(linear.weight.detach(), "linear.weight")
         C = linear.weight.detach() * T
         if not bool(torch.isfinite(C).all()):

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["InputError", "check_input", "header_warning", "is_npy", "one_line", "parse_delimiter",
-           "read_matrix"]
+           "read_matrix", "read_table"]
 
 
 class InputError(ValueError):
@@ -49,19 +49,28 @@ def parse_delimiter(value: str | None, path: Path) -> str:
 
 def read_matrix(path: Path, delimiter: str | None = None) -> tuple[np.ndarray, list[str] | None]:
     """``X`` (n, d) from ``path`` and the CSV header (``None`` when there is none)."""
+    X, header, _ = read_table(path, delimiter)
+    return X, header
+
+
+def read_table(path: Path, delimiter: str | None = None
+               ) -> tuple[np.ndarray, list[str] | None, list[int] | None]:
+    """``X`` (n, d) from ``path``, the CSV header (``None`` when there is none) and the line of
+    the file each row of ``X`` was read from (counting from 1, header, blank and comment lines
+    included; ``None`` for a ``.npy`` file, which has no lines)."""
     import numpy as np
 
     path = _as_path(path)
     check_input(path)
     if is_npy(path):
-        return _read_npy(path), None
+        return _read_npy(path), None, None
     X, header, lines = _read_csv(path, parse_delimiter(delimiter, path))
     bad = ~np.isfinite(X)
     if bad.any():
         i, j = (int(v[0]) for v in np.nonzero(bad))
         raise InputError(f"{path}: line {lines[i]}, column {j + 1}: {float(X[i, j])} is not "
                          "finite (NaN, inf, or a number beyond float64's range)")
-    return X, header
+    return X, header, lines
 
 
 def is_npy(path: Path) -> bool:
