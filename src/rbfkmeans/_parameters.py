@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse
 import torch
 
-from ._validation import largest_magnitude, tensor_of
+from ._validation import largest_magnitude, real_array, tensor_of
 from .assignments import ASSIGNMENTS
 from .comm import Comm, raise_if_rejected
 from .errors import NonFiniteError
@@ -318,7 +318,14 @@ def check_sample_weight(sample_weight: Any, n: int, dtype: Any = np.float64, *,
     shard of a distributed fit, whose total is checked over the ranks); else raise naming
     ``sample_weight``, the rule, the value and its index. The caller's array is never returned
     (a copy)."""
-    sw = np.asarray(sample_weight)
+    if isinstance(sample_weight, torch.Tensor) and not sample_weight.is_complex():
+        sample_weight = real_array(sample_weight, "sample_weight")  # detached (no gradient)
+    try:
+        sw = np.asarray(sample_weight)
+    except (ValueError, TypeError) as exc:  # ragged lists
+        raise ValueError(f"sample_weight must be a scalar or an array of numbers; got a "
+                         f"{type(sample_weight).__name__} that is not one array "
+                         f"({' '.join(str(exc).split())})") from None
     if sw.dtype == np.bool_ or not (np.issubdtype(sw.dtype, np.integer)
                                      or np.issubdtype(sw.dtype, np.floating)):
         raise TypeError(f"sample_weight must be real numbers; got {sw.dtype} "

@@ -100,6 +100,28 @@ def tensor_of(a: Any) -> torch.Tensor:
         return torch.as_tensor(a)
 
 
+def real_array(value: Any, name: str) -> np.ndarray:
+    """``value`` (an array, nested lists, or a tensor, read detached: a gradient it carries is
+    not followed) as a NumPy array of real numbers, without copying an array that is one.
+    ``ValueError`` naming ``name`` where NumPy cannot read it as one array (ragged lists), where
+    it is complex (its imaginary part would be dropped) or a meta tensor (no values)."""
+    if isinstance(value, torch.Tensor):
+        if value.is_meta:
+            raise ValueError(f"{name} must hold values; got a tensor on the meta device")
+        value = value.detach().cpu()
+        value = value.float() if value.dtype == torch.bfloat16 else value  # no NumPy bfloat16
+        value = value.resolve_conj().numpy() if value.is_complex() else value.numpy()
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{name} must be an array of numbers; got a {type(value).__name__} "
+                         f"that is not one array ({' '.join(str(exc).split())})") from None
+    if np.iscomplexobj(arr):
+        raise ValueError(f"{name} must hold real numbers; got complex entries (dtype "
+                         f"{arr.dtype})")
+    return arr
+
+
 def check_tensor(t: Any, name: str) -> torch.Tensor:
     """Raise unless ``t`` is a real (not complex) tensor; no copy, no NaN scan."""
     if not isinstance(t, torch.Tensor):

@@ -65,6 +65,7 @@ from .rowspace import RowSpace, row_space_applies
 from .runs import fit_run, run_schedules
 from .scales import fit_scales
 from .schedules import critical_temperature_factor
+from .seeding import weighted_mean
 from .sparse import is_sparse
 from .starts import Temperatures
 from .streaming import batch_data
@@ -104,9 +105,11 @@ class RBFKMeans(
         mean direction; a callable ``init`` receives the normalised rows.
     init : {"auto", "mean", "k-means++", "random"}, array (k, d) or callable, default "auto"
         Start of the fit. ``"auto"`` is ``"mean"`` (annealing from the data mean, where every
-        centroid sits above ``T_c``) for soft assignments and ``"k-means++"`` for ``"hard"``.
-        A callable is called as ``init(X, n_clusters, random_state)`` with every row of ``X``
-        (with ``fit_rows``, the sample the fit draws), as in scikit-learn (no weights).
+        centroid sits above ``T_c``) for soft assignments and ``"k-means++"`` for ``"hard"``
+        (and for cosine rows whose directions average to exactly zero: no mean direction).
+        An array may be a tensor (read detached: a layer's centroids, say). A callable is
+        called as ``init(X, n_clusters, random_state)`` with every row of ``X`` (with
+        ``fit_rows``, the sample the fit draws), as in scikit-learn (no weights).
     n_init : "auto" or int, default "auto"
         Number of runs (different seeds); the one with the lowest inertia is kept. ``"auto"``:
         1, except 10 for ``init="random"`` with ``"hard"`` (as scikit-learn), and 2 for an
@@ -240,7 +243,10 @@ class RBFKMeans(
         :meth:`fit_batches`, which run no annealing.
     history_ : list of dict
         Per temperature: ``T``, ``centers`` (k, d), ``objective`` (``F_T``), ``inertia`` (``J``),
-        ``n_soft`` (weight of points with non one-hot memberships), ``n_iter``.
+        ``n_soft`` (weight of points with non one-hot memberships), ``n_iter``, and
+        ``sample_fraction``: where the event-driven ladder ran a temperature on a subsample
+        (``subsample``), the share of the data's weight it holds, and the three sums are the
+        subsample's scaled to the data's weight (estimates); 1 where they are the data's.
     """
 
     #: defined on the class itself, so that scikit-learn's ``set_output`` wraps it (it wraps
@@ -432,6 +438,9 @@ class RBFKMeans(
         self.critical_temperature_ = frame.sq_from(Tc)
         temps = Temperatures(Tc, None if self.T_start is None else frame.sq_to(self.T_start),
                              None if self.T_end is None else frame.sq_to(self.T_end))
+        # "auto" anneals from the mean where there is one: cosine rows can average to zero
+        self._mean_start = not (spherical and not self._hard and isinstance(self.init, str)
+                                and self.init == "auto" and not bool(weighted_mean(data).any()))
         init = frame.init(self._init_name())
         schedules = run_schedules(self, data, n_total, self._n_init(comm))
         seeds = torch.tensor([int(rng.randint(np.iinfo(np.int32).max)) for _ in schedules])
@@ -479,7 +488,8 @@ class RBFKMeans(
 
     def _init_name(self) -> Any:
         if isinstance(self.init, str) and self.init == "auto":
-            return "k-means++" if self._hard else "mean"
+            return "k-means++" if self._hard or not getattr(self, "_mean_start", True) \
+                else "mean"
         return self.init
 
     def _fit_one(self, data: Data, seed: int, abs_tol: float, lam: float,

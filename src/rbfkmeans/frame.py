@@ -39,6 +39,7 @@ from ._validation import (
     check_nonnegative,
     check_tensor,
     check_vector,
+    real_array,
     tensor_of,
 )
 from .distances import chunk_rows, iter_chunks
@@ -323,13 +324,14 @@ class Frame:
             user: Callable[..., Any] = init
 
             def framed(X: np.ndarray, k: int, random_state: Any) -> np.ndarray:
-                C = np.asarray(user(self.leave_numpy(X), k, random_state))
+                C = real_array(user(self.leave_numpy(X), k, random_state),
+                               "the array init returned")
                 if not _numeric_matrix(C, d):
                     return C  # initial_centers names the problem
                 return self.enter(torch.from_numpy(C.astype(np.float64))).numpy()
 
             return framed
-        C0 = np.asarray(init)
+        C0 = real_array(init, "init")
         if not _numeric_matrix(C0, d):
             return init  # initial_centers names the problem
         return self.enter(torch.from_numpy(C0.astype(np.float64))).numpy()

@@ -200,6 +200,7 @@ class GradientStep:
         check_finite(check_matrix(C0, "C0", "(k, d)"), "C0")  # (k, d): small
         self.layer = KMeansLayer(C0, temperature=1.0, assignment=self.assignment.name)
         self.opt = optimizer(self.layer.parameters()) if optimizer is not None else None
+        self._stepped = False  # whether the optimiser has moved the centroids yet
         if optimizer is not None and not isinstance(self.opt, torch.optim.Optimizer):
             raise TypeError("optimizer must build a torch.optim.Optimizer from the parameters "
                             f"it is given; {optimizer!r} returned {type(self.opt).__name__} "
@@ -221,14 +222,38 @@ class GradientStep:
         empty = _empty_tol(float(N.sum())) >= N  # (k,) the rule of the soft-Lloyd step
         return relocate_empty(data, C_new, empty) if bool(empty.any()) else C_new
 
-    def _optimizer_step(self, data: Data, wsum: float) -> None:
+    def _optimizer_step(self, data: Data, wsum: float, iteration: int) -> None:
+        """One step of the optimiser on ``F_T / sum w``. ``NonFiniteError`` naming the optimiser
+        where its steps have taken the centroids where the objective is no longer finite, or
+        where a step leaves them NaN or infinite: ``X`` is finite and the annealing starts from
+        centroids within its reach, so its learning rate (or another of its settings) is too
+        large for the data."""
         assert self.opt is not None
         self.opt.zero_grad()
-        for s in data.chunks(self.layer.n_clusters):  # d(F_T / sum w) chunk by chunk
-            (self.layer.objective(data.X[s], data.weight(s)) / wsum).backward()
+        try:
+            for s in data.chunks(self.layer.n_clusters):  # d(F_T / sum w) chunk by chunk
+                (self.layer.objective(data.X[s], data.weight(s)) / wsum).backward()
+        except NonFiniteError as exc:
+            if not self._stepped:
+                raise
+            raise self._diverged(iteration, "the objective at the centroids its steps reached "
+                                            "is no longer finite") from exc
         if self.layer.centroids.grad is not None:
             data.comm.sum_(self.layer.centroids.grad)
         self.opt.step()
+        self._stepped = True
+        if not bool(torch.isfinite(self.layer.centroids.detach().sum())):  # one reduction
+            raise self._diverged(iteration, "the centroids are NaN or infinite after its step")
+
+    def _diverged(self, iteration: int, what: str) -> NonFiniteError:
+        """The error of an optimiser whose steps left the finite range at ``iteration``."""
+        assert self.opt is not None
+        lrs = [group.get("lr") for group in self.opt.param_groups]
+        lr = lrs[0] if len(lrs) == 1 else lrs
+        return NonFiniteError(
+            f"optimizer: {type(self.opt).__name__} (lr={lr}) diverged at iteration {iteration} "
+            f"at temperature={self.layer.temperature!r}: {what}; X is finite and the annealing "
+            "started within its reach, so use a smaller learning rate")
 
     def __call__(self, data: Data, C: Tensor, T: float) -> tuple[Tensor, int]:
         """The iterations at temperature ``T`` from the centroids ``C`` (k, d) on ``data``: the
@@ -247,14 +272,14 @@ class GradientStep:
         self.layer.metric = data.metric.name  # the data's geometry (cosine: spherical k-means)
         wsum = data.total_weight() if self.opt is not None else 1.0
         it = 0
-        for it in range(1, self.max_iter + 1):  # noqa: B007 (read after)
+        for it in range(1, self.max_iter + 1):
             C_old = self.layer.centroids.detach().clone()
             if self.opt is None:
                 C_new = self._lloyd_rate(data, C_old, T)
                 with torch.no_grad():
                     self.layer.centroids.copy_(C_new)
             else:
-                self._optimizer_step(data, wsum)
+                self._optimizer_step(data, wsum, it)
             if float(((self.layer.centroids.detach() - C_old) ** 2).sum()) <= self.tol:
                 break
         return data.project(self.layer.centroids.detach().clone(), C), it

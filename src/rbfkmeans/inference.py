@@ -27,7 +27,7 @@ from .frame import Frame, scale_by_power_of_two
 from .layer import KMeansLayer
 from .mappings import hardmax
 from .metrics import cosine_similarity, get_metric, normalize_rows
-from .passes import nearest_labels
+from .passes import Data, nearest_labels
 from .residuals import settled_inertia
 from .sparse import SparseRows, is_sparse
 from .stats import cluster_stats
@@ -83,6 +83,20 @@ class InferenceMixin:
         return torch.from_numpy(C).to(device=self._torch_device())
 
     @property
+    def _fitted_metric(self: Any) -> str:
+        """The metric the centroids were fitted under (``metric`` may have been changed by
+        ``set_params`` since): the geometry every inference method computes in."""
+        return getattr(self, "_metric_", self.metric)
+
+    def _checked(self: Any, X: Any) -> np.ndarray:
+        """``X`` validated for inference under the fitted metric."""
+        return self._check_X(X, reset=False, metric=self._fitted_metric)
+
+    def _inference_data(self: Any, Xf: Tensor, w: Tensor | None = None) -> Data:
+        """The pass context of rows read for inference, under the fitted metric."""
+        return self._data(Xf, w, metric=self._fitted_metric)
+
+    @property
     def _fit_frame(self: Any) -> Frame:
         """The frame the fit computed in (:mod:`rbfkmeans.frame`); inference computes in it."""
         frame = getattr(self, "_frame_", None)
@@ -94,7 +108,7 @@ class InferenceMixin:
         (:func:`check_reach`; ``total`` the weight a sum of the distances takes)."""
         frame = self._fit_frame
         Xf, C = frame.enter(self._to_torch(X)), frame.enter(self._centers_t())
-        if not get_metric(self.metric).spherical:  # unit rows are always within reach
+        if not get_metric(self._fitted_metric).spherical:  # unit rows are always within reach
             check_reach(Xf, C, frame.exponent, total, dtype=C.dtype)  # the model's dtype
         return Xf, C
 
@@ -108,11 +122,11 @@ class InferenceMixin:
         ``sample_weight`` is not used (the nearest centroid does not depend on it, as in
         ``sklearn.cluster.KMeans.predict``), but it is checked as :meth:`score` checks it."""
         check_is_fitted(self)
-        X = self._check_X(X, reset=False)
+        X = self._checked(X)
         self._weights(sample_weight, X)  # checked, unused
         Xf, C = self._framed(X)
         with precompile.pinned(getattr(self, "_kernel_passes", None)):
-            return to_numpy(nearest_labels(self._data(Xf), C))
+            return to_numpy(nearest_labels(self._inference_data(Xf), C))
 
     def predict_proba(self: Any, X: Any, temperature: float | None = None) -> np.ndarray:
         """Memberships ``R = m(-D / 2T)`` (n, k) at ``temperature`` (default: the estimator's
@@ -120,10 +134,10 @@ class InferenceMixin:
         sparsemax rows are sparse (exact zeros). ``T = 0`` or ``assignment="hard"``: one-hot.
         For cosine ``R = m(cos(x, c) / T)``."""
         check_is_fitted(self)
-        X = self._check_X(X, reset=False)
+        X = self._checked(X)
         T = self._fit_frame.sq_to(self._proba_temperature(temperature))  # in the frame's units
         Xf, C = self._framed(X)
-        data, k = self._data(Xf), C.shape[0]
+        data, k = self._inference_data(Xf), C.shape[0]
         entry = get_assignment(self.assignment)
         out = np.empty((X.shape[0], k), dtype=X.dtype)
         with torch.no_grad():
@@ -145,27 +159,32 @@ class InferenceMixin:
         """Euclidean distances (n, k) to the centroids (as ``sklearn.cluster.KMeans``); for
         ``metric="cosine"`` the cosine distances ``1 - cos(x_i, c_j)``."""
         check_is_fitted(self)
-        X = self._check_X(X, reset=False)
+        X = self._checked(X)
         with torch.no_grad():
-            if get_metric(self.metric).spherical:
+            if get_metric(self._fitted_metric).spherical:
                 Xt = self._to_torch(X)
                 D = 1.0 - (cosine_similarity(Xt, self._centers_t()) if not is_sparse(Xt)
                            else Xt.unit_rows("X").mm(normalize_rows(self._centers_t()).T))
                 return to_numpy(D).astype(X.dtype, copy=False)  # (n, k)
             Xf, C = self._framed(X)
-            D = (Xf.sq_distances(C) if is_sparse(Xf) else
-                 sq_distances(Xf, C, chunk_size=self.chunk_size)).sqrt_()  # (n, k), frame units
-            D = scale_by_power_of_two(D, -self._fit_frame.exponent, inplace=True)
-        return to_numpy(D).astype(X.dtype, copy=False)
+            data, C64 = self._inference_data(Xf), C.double()
+            out = np.empty((X.shape[0], C.shape[0]), dtype=X.dtype)
+            for s in data.chunks(C.shape[0]):  # in float64, as scikit-learn: the expansion's
+                Xs = data.X[s].double()  # rounding in float32 is eps times the spread between
+                # clusters, which swamps the distance of a row to its own centre
+                D = (Xs.sq_distances(C64) if is_sparse(Xs) else sq_distances(Xs, C64)).sqrt_()
+                out[s] = to_numpy(scale_by_power_of_two(D, -self._fit_frame.exponent,
+                                                        inplace=True))  # (b, k)
+        return out
 
     def score(self: Any, X: Any, y: Any = None, sample_weight: Any = None) -> float:
         """Minus the (weighted) k-means objective ``J`` of ``X`` at the fitted centroids (for
         cosine the spherical one, ``sum_i w_i (1 - max_j cos)``)."""
         check_is_fitted(self)
-        X = self._check_X(X, reset=False)
+        X = self._checked(X)
         w = self._weights(sample_weight, X)
         Xf, C = self._framed(X, float(X.shape[0]) if w is None else float(w.sum()))
-        data = self._data(Xf, w)
+        data = self._inference_data(Xf, w)
         st = cluster_stats(data, C, 0.0, "hard", return_labels=True)
         assert st.labels is not None
         return -self._fit_frame.sq_from(settled_inertia(data, C, st.labels, st.inertia))
@@ -186,5 +205,5 @@ class InferenceMixin:
             self._centers_t().cpu(),
             temperature=T,
             assignment=self.assignment if assignment is None else assignment,
-            metric=self.metric,
+            metric=self._fitted_metric,
         )

@@ -116,7 +116,6 @@ class OnlineFitMixin:
             # each start seen once (docstring): a soft step from n_j = 0 takes c_j onto x
             counts = torch.ones(self.n_clusters, dtype=Xt.dtype, device=Xt.device)
             self.n_iter_ = 0
-            self._set_online(T)
         else:
             C = frame.enter(self._centers_t())
             if not spherical:  # rows far beyond the first batch's frame: no finite step
@@ -132,7 +131,9 @@ class OnlineFitMixin:
         self.cluster_centers_ = to_numpy(frame.leave(C)).astype(kept, copy=False)
         self._online_counts = to_numpy(counts)
         self.n_iter_ += 1
-        self.n_swaps_ = getattr(self, "n_swaps_", 0)
+        swaps = getattr(self, "n_swaps_", 0)
+        self._set_online(T)  # after a fit too: no annealing describes the centroids any more
+        self.n_swaps_ = swaps  # the fit's swaps, which the model still holds
         C_framed = frame.enter(self._centers_t())
         st = cluster_stats(data, C_framed, 0.0, "hard", return_labels=True)
         assert st.labels is not None

@@ -55,7 +55,11 @@ class ReadingMixin:
         chosen = None if self.dtype is None else torch_dtype(self.dtype)
         return chosen or (torch.float64 if X.dtype == np.float64 else torch.float32)
 
-    def _check_X(self: Any, X: Any, *, reset: bool, min_samples: int = 1) -> np.ndarray:
+    def _check_X(self: Any, X: Any, *, reset: bool, min_samples: int = 1,
+                 metric: str | None = None) -> np.ndarray:
+        """``X`` validated for a fit (``reset``) or for inference: scikit-learn's contract, NaN
+        and inf, and for a spherical ``metric`` (default: the estimator's) no zero row."""
+        metric = self.metric if metric is None else metric
         X = as_float32_if_half(X)
         try:
             X = validate_data(
@@ -76,14 +80,14 @@ class ReadingMixin:
                 except ValueError as exc:
                     raise NonFiniteError(str(exc)) from None
         if sp.issparse(X):  # rows as stored entries (rbfkmeans.sparse), never densified
-            if get_metric(self.metric).spherical:  # (scipy sums duplicate entries in place:
+            if get_metric(metric).spherical:  # (scipy sums duplicate entries in place:
                 # of a copy, never of the caller's matrix)
                 A = X if X.has_canonical_format else X.copy()
                 zero = np.asarray(abs(A).max(axis=1).todense()).reshape(-1) == 0
                 if zero.any():
                     raise _zero_row_error(torch.from_numpy(zero), "X")
             return X
-        if get_metric(self.metric).spherical:
+        if get_metric(metric).spherical:
             check_nonzero_rows(tensor_of(X), "X")
         return X
 
@@ -105,7 +109,9 @@ class ReadingMixin:
                                  all_zero=all_zero)  # (n,) a copy, in the compute dtype
         return torch.from_numpy(sw).to(device=self._torch_device(), dtype=self._dtype_)
 
-    def _data(self: Any, Xt: Tensor, w: Tensor | None = None, comm: Comm | None = None) -> Data:
-        """The pass context of already validated data (no second NaN scan)."""
+    def _data(self: Any, Xt: Tensor, w: Tensor | None = None, comm: Comm | None = None,
+              metric: str | None = None) -> Data:
+        """The pass context of already validated data (no second NaN scan), for ``metric``
+        (default: the estimator's)."""
         return Data(Xt, w, chunk_size=self.chunk_size, comm=comm, validate=False,
-                    metric=self.metric)
+                    metric=self.metric if metric is None else metric)

@@ -190,7 +190,7 @@ def fit_run(est: RBFKMeans, data: Data, seed: int, abs_tol: float, lam: float, r
         history = [
             {"T": h["T"], "centers": h["C"].detach().cpu().numpy(),  # type: ignore[attr-defined]
              "objective": h["objective"], "inertia": h["inertia"], "n_soft": h["n_soft"],
-             "n_iter": h["n_iter"]}
+             "n_iter": h["n_iter"], "sample_fraction": h.get("sample_fraction", 1.0)}
             for h in res.history
         ]
     polish_tol = 0.0 if not hard_only else abs_tol  # annealed: until the labels settle

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._validation import check_positive_int, tensor_of
+from ._validation import check_positive_int, real_array, tensor_of
 from .comm import Comm
 from .distances import row_norms_sq
 from .errors import NonFiniteError
@@ -203,8 +203,8 @@ def initial_centers(
             return dense(data.X[idx.to(data.X.device)]).clone()
         raise ValueError(f"init must be one of {', '.join(map(repr, INITS))}, an array or a "
                          f"callable; got {init!r}")
-    C0 = np.asarray(init(data.X.cpu().numpy(), k, np.random.RandomState(seed))) \
-        if callable(init) else np.asarray(init)
+    C0 = real_array(init(data.X.cpu().numpy(), k, np.random.RandomState(seed)),
+                    "the array init returned") if callable(init) else real_array(init, "init")
     if C0.shape != (k, data.d):
         raise ValueError(
             f"init array must have shape (n_clusters, n_features) = ({k}, {data.d}); "

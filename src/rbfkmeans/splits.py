@@ -279,7 +279,11 @@ def anneal_splits(
 
     Returns the ``k`` centroids (a group of ``m`` copies repeated ``m`` times), the temperatures
     run, the soft-Lloyd steps in all, and per temperature the centroids (k, d), ``F_T``, ``J``,
-    the soft weight, the steps and the number of groups (``history``).
+    the soft weight, the steps and the number of groups (``history``). Where a temperature ran
+    on a subsample, its ``F_T``, ``J`` and soft weight are the subsample's scaled by the data's
+    total weight over the subsample's (estimates of the data's, comparable with a fit's
+    ``inertia_``), and ``sample_fraction`` is the share of the weight they come from (1 on all
+    rows, where they are exact).
     """
     check_data(data)
     entry = get_assignment(assignment)
@@ -324,6 +328,7 @@ def anneal_splits(
     T = max(T, 2.0 * T_floor)  # a start below the resolution is taken at it
     temps: list[float] = []
     history: list[dict[str, object]] = []
+    weight = data.total_weight() if keep_history else 1.0  # the history's scale (docstring)
     total = 0
     hard = False
     for _ in range(max_temperatures):
@@ -345,9 +350,12 @@ def anneal_splits(
         total += it
         temps.append(T)
         if keep_history:
+            fraction = 1.0 if sub is data else sub.total_weight() / weight
             history.append({"T": T, "C": C.detach().repeat_interleave(m, dim=0).cpu(),
-                            "objective": st.objective, "inertia": st.inertia,
-                            "n_soft": st.n_soft, "n_iter": it, "groups": int(C.shape[0])})
+                            "objective": st.objective / fraction,
+                            "inertia": st.inertia / fraction, "n_soft": st.n_soft / fraction,
+                            "n_iter": it, "groups": int(C.shape[0]),
+                            "sample_fraction": fraction})
         if progress is not None:
             progress(T, it)
         singles = bool((m == 1).all())
