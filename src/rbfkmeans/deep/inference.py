@@ -103,9 +103,20 @@ class InferenceMixin:
         filled = int((torch.bincount(labels, minlength=k) > 0).sum())
         return nearest if int((torch.bincount(nearest, minlength=k) > 0).sum()) > filled else labels
 
+    def _fitted_rows(self: Any, X: Any) -> Tensor:
+        """``X`` checked as the clusterer reads rows (``_as_tensor``: the encoder's width where
+        an ``nn.Sequential`` says it), and of the width it was fitted on (``n_features_in_``,
+        for any encoder), else ``ValueError`` naming ``X``."""
+        Xt = self._as_tensor(X)
+        fitted = getattr(self, "n_features_in_", None)
+        if fitted is not None and Xt.shape[1] != fitted:
+            raise ValueError(f"X must have the {fitted} features of the rows the clusterer was "
+                             f"fitted on (n_features_in_); got {Xt.shape[1]}")
+        return Xt
+
     def transform(self: Any, X: Any) -> np.ndarray:
         """Embeddings (n, p) of ``X`` (normalised when ``normalize``)."""
-        return self._embed_all(self._as_tensor(X)).cpu().numpy()
+        return self._embed_all(self._fitted_rows(X)).cpu().numpy()
 
     def _check_fitted(self: Any) -> None:
         if not hasattr(self, "layer_"):
@@ -115,11 +126,11 @@ class InferenceMixin:
         """Nearest centroid (n,) of each embedded row of ``X`` (``ValueError`` for an ``X`` of 0
     rows, as :meth:`rbfkmeans.RBFKMeans.predict`, or of another width than the encoder's)."""
         self._check_fitted()
-        return self._nearest(self._embed_all(self._as_tensor(X))).cpu().numpy()
+        return self._nearest(self._embed_all(self._fitted_rows(X))).cpu().numpy()
 
     def predict_proba(self: Any, X: Any) -> np.ndarray:
         """Memberships ``R`` (n, k) at the last temperature of the fit (``ValueError`` for an ``X``
     of 0 rows, or of another width than the encoder's). A fit with ``epochs=0`` ran no
     temperature: the layer is hard (``T = 0``) and the rows one-hot at the nearest centroid."""
         self._check_fitted()
-        return self._memberships(self._embed_all(self._as_tensor(X))).cpu().numpy()
+        return self._memberships(self._embed_all(self._fitted_rows(X))).cpu().numpy()

@@ -322,8 +322,10 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
         return all_or_nothing(self, self.encoder, self.decoder, getattr(self, "layer_", None))
 
     def _params(self) -> list[Tensor]:
+        """The parameters of the encoder and the decoder, each once: a layer the two share
+        (tied weights) would otherwise take two optimiser steps per batch."""
         decoder = [] if self.decoder is None else list(self.decoder.parameters())
-        return [*self.encoder.parameters(), *decoder]
+        return list({id(p): p for p in [*self.encoder.parameters(), *decoder]}.values())
 
     def _neighbors(self, Xt: Tensor) -> Tensor:
         """The input-space graph (n, m) (:func:`~rbfkmeans.deep.graph.knn_graph`)."""

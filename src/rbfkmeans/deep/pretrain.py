@@ -63,9 +63,13 @@ class PretrainMixin:
 
     def _batches(self: Any, n: int, gen: torch.Generator) -> list[Tensor]:
         """A random order of the ``n`` rows (drawn from ``gen``), in minibatches of
-        ``batch_size``: the batches of an epoch of either stage."""
+        ``batch_size``: the batches of an epoch of either stage. A last batch of one row joins
+        the one before it (batch statistics, as a BatchNorm layer's in training, need two)."""
         perm = torch.randperm(n, generator=gen).to(self._device)
-        return list(perm.split(self.batch_size))
+        batches = list(perm.split(self.batch_size))
+        if len(batches) > 1 and batches[-1].numel() == 1:
+            batches[-2:] = [torch.cat(batches[-2:])]
+        return batches
 
     def _progress(self: Any, total: int, desc: str) -> Any:
         """The ``total`` epochs of a stage, with a progress bar when ``verbose``."""
