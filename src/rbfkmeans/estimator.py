@@ -177,13 +177,15 @@ class RBFKMeans(
         as soon as every membership is one-hot.
     cooling : float, optional
         Ratio between consecutive temperatures: default 0.85 (geometric), or the largest ratio
-        between events, 0.7 (splits). For the geometric ladder, faster cooling (0.8 with 20
+        between events, 0.7 (splits; 0.5 where the annealing is abbreviated on large data,
+        ``rbfkmeans.starts.abbreviated``). For the geometric ladder, faster cooling (0.8 with 20
         iterations per temperature) does about half the work; on 16 sets of 8 overlapping blobs
         (30 points each), inertia / ``KMeans(n_init=10)`` was at most 1.0025 with 0.85 / 50 and
         1.025 with 0.8 / 20 (without the swap search: 1.108 and 1.048).
     max_iter_per_temperature : int, optional
         Soft-Lloyd iterations at one temperature at most: default 50 (geometric), 15 (splits,
-        whose fixed points stop at ``10 tol``; each accelerated).
+        whose fixed points stop at ``10 tol``; each accelerated; 6 where the annealing is
+        abbreviated).
     stop_gap : float, default 1e-4
         The ladder stops at the first temperature where every membership is one-hot or the
         relaxation gap ``(J - F_T) / J`` is at most ``stop_gap``; the hard polish follows.

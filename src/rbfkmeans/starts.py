@@ -67,10 +67,11 @@ RACE_ROWS_PER_CLUSTER = 32
 
 def _check_run(est: Any, data: Any = None, name: str = "data") -> None:
     """Raise unless ``est`` is an RBFKMeans whose fit is under way (``critical_temperature_``
-    set) and ``data`` (when given) a pass context."""
-    from .estimator import RBFKMeans
-
-    if not isinstance(est, RBFKMeans) or not hasattr(est, "critical_temperature_"):
+    set) and ``data`` (when given) a pass context. The estimator is recognised by what a run
+    reads of it (its ``_init_name``, ``_hard`` and ``critical_temperature_``), so that this
+    module, below the estimator, does not import it."""
+    if not (callable(getattr(est, "_init_name", None)) and hasattr(type(est), "_hard")
+            and hasattr(est, "critical_temperature_")):
         raise TypeError("est must be an RBFKMeans inside its fit (critical_temperature_ set); "
                         f"got {type(est).__name__}")
     if data is not None and not isinstance(data, Data):
