@@ -21,8 +21,10 @@ The other parts of a training step, whatever the update:
 * **Initialisation.** The first training batch (or batches, until ``k`` rows have arrived)
   seeds the codebook by greedy k-means++ (:func:`rbfkmeans.seeding.kmeans_plusplus`, drawn from
   a generator seeded with ``seed``) or by a full :class:`~rbfkmeans.RBFKMeans` fit
-  (``random_state=seed``); until then the buffer ``initialized`` is False. A seeding batch
-  with fewer distinct rows than codes seeds equal codes, with a ``ConvergenceWarning``.
+  (``random_state=seed``); until then the buffer ``initialized`` is False, and the rows that
+  wait are part of the module's state (its extra state: saved by ``state_dict``, replaced by
+  ``load_state_dict``). A seeding batch with fewer distinct rows than codes seeds equal codes,
+  with a ``ConvergenceWarning``.
 * **Dead codes.** A code that no vector of ``dead_code_steps`` consecutive training batches was
   assigned to is reset to an input vector of the current batch, drawn without replacement in
   a uniformly random order of its rows, a row equal to a live code or to one already taken
@@ -172,7 +174,8 @@ class CodebookUpdates:
         self._pending.append(X.clone())
         if comm.sum_scalars(sum(int(x.shape[0]) for x in self._pending))[0] < self.n_codes:
             return
-        X0 = torch.cat(self._pending) if len(self._pending) > 1 else self._pending[0]  # (m, d)
+        rows = [x.to(X.device) for x in self._pending]  # loaded ones may lie elsewhere
+        X0 = torch.cat(rows) if len(rows) > 1 else rows[0]  # (m, d)
         self._pending.clear()
         if self.init == "k-means++":
             C0 = kmeans_plusplus(Data(X0, comm=comm, validate=False), self.n_codes,

@@ -67,6 +67,7 @@ from .metrics import check_metric, get_metric
 from .objectives import objective_from_distances
 from .quantizer_checks import (
     CODEBOOK_DTYPES,
+    PENDING_KEY,
     check_choice,
     check_extra_state,
     check_indices,
@@ -135,10 +136,12 @@ class VectorQuantizer(CodebookUpdates, nn.Module):
         ``.data`` is refused (``TypeError``) by ``forward``.
 
     ``forward(z)`` takes ``z`` (..., d) and returns ``(quantized, indices, loss)``: ``quantized``
-    (..., d) is ``codebook[indices]`` (as the codebook was when the forward began) with the
-    straight-through gradient to ``z``, ``indices`` (...) the nearest codes, ``loss`` the scalar
-    ``L``. A training forward then updates the statistics, the codebook (``update="kmeans"``)
-    and revives dead codes.
+    (..., d) is ``codebook[indices]`` (as the codebook was when the forward began) in ``z``'s
+    dtype (a float16 network gets float16 codes) with the straight-through gradient to ``z``,
+    ``indices`` (...) the nearest codes (int64), ``loss`` the scalar ``L`` in the compute dtype
+    (float32, or float64 when ``z`` or the codebook is float64: its sums over the batch would
+    lose their precision, or overflow, in float16). A training forward then updates the
+    statistics, the codebook (``update="kmeans"``) and revives dead codes.
     """
 
     codebook: Tensor
@@ -252,20 +255,36 @@ class VectorQuantizer(CodebookUpdates, nn.Module):
         return float(self.stats["perplexity"]) if self.stats else math.nan
 
     def get_extra_state(self) -> dict[str, Any]:
-        return {"temperature": self.temperature, "generator": self._generator.get_state()}
+        """The state kept outside the buffers: the temperature, the generator's state and the
+        rows awaiting the seeding (``_pending_rows``)."""
+        return {"temperature": self.temperature, "generator": self._generator.get_state(),
+                PENDING_KEY: self._pending_rows()}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
-        # all checked before any is set: a bad state leaves the quantizer as it was
-        temperature, generator = check_extra_state(state)
+        """Set the temperature, the generator and the rows awaiting the seeding (replaced:
+        none where ``state`` has none, as states saved before they were kept), all checked
+        (:func:`~rbfkmeans.quantizer_checks.check_extra_state`) before any is set: a bad state
+        leaves the quantizer as it was."""
+        temperature, generator, rows = check_extra_state(state, self.dim, self.n_codes)
         self._generator.set_state(generator)
         self._temperature = temperature
+        self._pending = [] if rows is None or rows.shape[0] == 0 else [rows]
+
+    def _pending_rows(self) -> Tensor:
+        """The rows (m, d) that training forwards gave while fewer than ``n_codes`` had arrived
+        and that wait to seed the codebook, on the codebook's device (a copy; ``m = 0`` once
+        it is seeded, an empty one in the codebook's dtype). Part of the extra state."""
+        if not self._pending:
+            return self.codebook.new_zeros(0, self.dim).detach()
+        return torch.cat([x.to(self.codebook.device) for x in self._pending])
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True,
                         assign: bool = False) -> _IncompatibleKeys:
         """``nn.Module.load_state_dict``, all or nothing: a state that raises (a check of the
         quantizer's values, or torch's ``RuntimeError`` for unexpected or missing keys and size
         mismatches) leaves the codebook, the buffers, the temperature and the generator as
-        they were, bit for bit, and the exception propagates
+        they were, bit for bit (the rows awaiting the seeding too: a load that succeeds
+        replaces them), and the exception propagates
         (:func:`~rbfkmeans.state_loading.load_all_or_nothing`). This covers direct calls; a parent
         module's ``load_state_dict`` reaches the quantizer through ``_load_from_state_dict``,
         which checks the values (:func:`~rbfkmeans.quantizer_checks.check_loaded_state`)
@@ -277,7 +296,8 @@ class VectorQuantizer(CodebookUpdates, nn.Module):
     def _load_from_state_dict(self, state_dict: Mapping[str, Any], prefix: str,
                               *args: Any, **kwargs: Any) -> None:
         # every value checked (naming its key) before torch copies anything
-        check_loaded_state(state_dict, prefix, self.codebook.dtype, self._spherical)
+        check_loaded_state(state_dict, prefix, self.codebook.dtype, self._spherical,
+                           dim=self.dim, n_codes=self.n_codes)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
@@ -336,9 +356,9 @@ class VectorQuantizer(CodebookUpdates, nn.Module):
         return S.reshape(*z.shape[:-1], self.n_codes)
 
     def lookup(self, indices: Tensor) -> Tensor:
-        """The codes ``codebook[indices]`` (..., d) of integer ``indices`` (...), e.g. tokens."""
-        check_indices(indices, self.n_codes)
-        return self.codebook.detach()[indices]
+        """The codes ``codebook[indices]`` (..., d) of integer ``indices`` (...) of any integer
+        dtype, e.g. tokens (uint8 ones are indices too, not a mask; a bool tensor raises)."""
+        return self.codebook.detach()[check_indices(indices, self.n_codes)]
 
     def forward(self, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``(quantized, indices, loss)`` for ``z`` (..., d) (class docstring)."""
@@ -362,7 +382,8 @@ class VectorQuantizer(CodebookUpdates, nn.Module):
             D = self._distances(X_d, C)  # (n, k), differentiable in C only
             indices = D.detach().argmin(dim=1)  # (n,) nearest code, ties to the lowest index
             q = self.codebook.detach()[indices].to(X.dtype)  # (n, d) exactly the codes
-            quantized = q + (X - X_d)  # (n, d) value q, gradient straight through to z
+            # (n, d) value q, gradient straight through to z; returned in z's dtype
+            quantized = (q + (X - X_d)).to(z.dtype)
             loss = self.commitment_weight * (X - q).square().sum()
             if self.update == "objective":
                 loss = loss + objective_from_distances(D, self.temperature, self.assignment)

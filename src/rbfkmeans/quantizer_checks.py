@@ -29,6 +29,7 @@ from .errors import NonFiniteError, value_error
 
 __all__ = [
     "CODEBOOK_DTYPES",
+    "PENDING_KEY",
     "SEED_MAX",
     "SEED_MAX_RBFKMEANS",
     "check_choice",
@@ -38,6 +39,7 @@ __all__ = [
     "check_input",
     "check_loaded_state",
     "check_number",
+    "check_pending_rows",
     "check_quantizer_temperature",
     "check_seed",
     "check_squares_are_normal",
@@ -100,25 +102,41 @@ def check_seed(seed: Any, init: str) -> int:
     return value
 
 
-#: the keys of a quantizer's extra state (what ``get_extra_state`` returns)
+#: the keys of a quantizer's extra state (what ``get_extra_state`` returns, and may load)
 EXTRA_STATE_KEYS = ("temperature", "generator")
+#: the key of the rows awaiting the seeding in the extra state (absent from older checkpoints)
+PENDING_KEY = "pending"
+#: how the pending rows are named in the messages
+_PENDING = "the pending rows in the quantizer's extra state"
 
 
-def check_extra_state(state: Any) -> tuple[float, Tensor]:
-    """The temperature and the generator state (a CPU ``uint8`` tensor) of a quantizer's extra
-    state, a dict ``{"temperature": T, "generator": torch.Generator().get_state()}``, each
-    checked; else raise ``TypeError`` or ``ValueError`` saying what is wrong. The generator
-    state is tried on a generator of its own, so nothing is set before all is checked."""
+def check_extra_state(state: Any, dim: int,
+                      n_codes: int) -> tuple[float, Tensor, Tensor | None]:
+    """The temperature, the generator state (a CPU ``uint8`` tensor) and the rows awaiting the
+    seeding (:func:`check_pending_rows`; None where the state has none, as saved before they
+    were kept) of a quantizer's extra state, a dict ``{"temperature": T, "generator":
+    torch.Generator().get_state(), "pending": rows}``, each checked; else raise ``TypeError``
+    or ``ValueError`` saying what is wrong. The generator state is tried on a generator of its
+    own, so nothing is set before all is checked."""
     keys = " and ".join(map(repr, EXTRA_STATE_KEYS))
     if not isinstance(state, Mapping):
         shown = f"of shape {tuple(state.shape)}" if isinstance(state, Tensor) else repr(state)
         raise TypeError(f"the quantizer's extra state must be a dict with keys {keys}; got "
                         f"{type(state).__name__} {shown}"[:300])
-    if set(state) != set(EXTRA_STATE_KEYS):
+    if set(state) - {PENDING_KEY} != set(EXTRA_STATE_KEYS):
         raise ValueError(f"the quantizer's extra state must be a dict with keys {keys}; got "
-                         f"the keys {sorted(map(str, state))}")
+                         f"the keys {sorted(map(str, state))} ({PENDING_KEY!r}, the rows "
+                         "awaiting the seeding, may be added)")
     T = check_quantizer_temperature(state["temperature"])
-    g = state["generator"]
+    g = _check_generator_state(state["generator"])
+    rows = check_pending_rows(state[PENDING_KEY], dim, n_codes) if PENDING_KEY in state \
+        else None
+    return T, g, rows
+
+
+def _check_generator_state(g: Any) -> Tensor:
+    """``g`` detached on the CPU if it is the state of a CPU ``torch.Generator`` (tried on a
+    generator of its own), else raise naming the generator of the extra state."""
     if not isinstance(g, Tensor) or g.dtype != torch.uint8:
         raise TypeError("the generator in the quantizer's extra state must be a uint8 tensor "
                         "(torch.Generator.get_state()); got "
@@ -134,18 +152,52 @@ def check_extra_state(state: Any) -> tuple[float, Tensor]:
         raise ValueError(f"the generator in the quantizer's extra state must be the state of a "
                          f"CPU torch.Generator ({scratch.get_state().numel()} bytes); got "
                          f"{g.numel()} bytes that torch refuses: {exc}") from None
-    return T, g
+    return g
+
+
+def check_pending_rows(rows: Any, dim: int, n_codes: int) -> Tensor:
+    """A detached copy of ``rows`` if it holds what a quantizer keeps while it waits to seed its
+    codebook: a dense float32 or float64 tensor ``(m, dim)`` of ``m < n_codes`` finite rows
+    (on any device), else raise ``TypeError`` or ``ValueError`` naming the pending rows of the
+    extra state. The tensor given is not modified, nor kept."""
+    if not isinstance(rows, Tensor) or rows.dtype not in CODEBOOK_DTYPES:
+        raise TypeError(f"{_PENDING} must be a torch.float32 or torch.float64 tensor; got "
+                        f"{getattr(rows, 'dtype', type(rows).__name__)}")
+    check_dense(rows, _PENDING)
+    if rows.dim() != 2 or rows.shape[1] != dim or rows.shape[0] >= n_codes:
+        raise ValueError(f"{_PENDING} must be a 2-D tensor (m, {dim}) of m < {n_codes} rows "
+                         f"(dim={dim}, n_codes={n_codes}); got shape {tuple(rows.shape)}")
+    if rows.is_meta:
+        raise ValueError(f"{_PENDING} must hold values; got a tensor on the meta device")
+    bad = ~torch.isfinite(rows.detach())
+    if bool(bad.any()):
+        raise NonFiniteError(f"{_PENDING} must be finite; got {int(bad.sum())} NaN or inf "
+                             "entries")
+    return rows.detach().clone()
+
+
+def _check_nothing_waits_once_seeded(initialized: Any, rows: Tensor | None) -> None:
+    """Raise ``ValueError`` where a state's ``initialized`` flag is set while rows still wait
+    to seed the codebook: the seeding takes them all (the forward never seeds again)."""
+    if rows is None or rows.shape[0] == 0 or not isinstance(initialized, Tensor) \
+            or initialized.is_meta or initialized.numel() != 1:
+        return
+    if bool(initialized.detach().reshape(())):
+        raise ValueError(f"{_PENDING} must be empty when initialized is True (the codebook is "
+                         f"seeded); got {rows.shape[0]} rows")
 
 
 def check_loaded_state(state_dict: Mapping[str, Any], prefix: str, dtype: torch.dtype,
-                       spherical: bool) -> None:
+                       spherical: bool, *, dim: int, n_codes: int) -> None:
     """Raise ``TypeError`` or ``ValueError`` naming the key unless the quantizer's tensors in
     ``state_dict`` (under ``prefix``) hold what the module keeps: a dense real ``codebook``
     finite in the module's ``dtype`` (for cosine, every code non-zero: a direction; its norm is
     free, the forward puts the codes back on the unit sphere), ``counts`` finite and ``>= 0``,
     ``unused_steps`` integers ``>= 0``, ``initialized`` a flag (0 or 1), and the extra state
-    (:func:`check_extra_state`). Entries that are missing, not tensors, on the meta device or
-    of another shape are left to torch's own checks. Modifies nothing."""
+    (:func:`check_extra_state`; the rows awaiting the seeding ``(m, dim)`` with
+    ``m < n_codes``, none where ``initialized`` is set). Entries that are missing, not
+    tensors, on the meta device or of another shape are left to torch's own checks. Modifies
+    nothing."""
     for name in ("codebook", "counts", "unused_steps", "initialized"):
         t = state_dict.get(prefix + name)
         if not isinstance(t, Tensor):
@@ -188,7 +240,8 @@ def check_loaded_state(state_dict: Mapping[str, Any], prefix: str, dtype: torch.
             raise ValueError(f"{key} must be a flag, True or False; got "
                              f"{t.reshape(-1)[:4].tolist()!r}")
     if prefix + "_extra_state" in state_dict:
-        check_extra_state(state_dict[prefix + "_extra_state"])
+        _, _, rows = check_extra_state(state_dict[prefix + "_extra_state"], dim, n_codes)
+        _check_nothing_waits_once_seeded(state_dict.get(prefix + "initialized"), rows)
 
 
 def check_codebook_dtype(codebook: Tensor) -> None:
@@ -220,16 +273,37 @@ def check_input(z: Any, dim: int, codebook: Tensor) -> None:
     check_finite(z.detach(), "z")
 
 
-def check_indices(indices: Any, n_codes: int) -> None:
-    """Raise unless ``indices`` is an integer tensor of values in ``[0, n_codes)``."""
+def check_indices(indices: Any, n_codes: int) -> Tensor:
+    """``indices`` as int64 if it is an integer tensor (of any integer dtype, uint8 included:
+    code numbers, not a mask) of values in ``[0, n_codes)``, else raise naming ``indices``
+    (``TypeError`` for another type or dtype, a bool tensor above all; ``ValueError`` for a
+    value out of range). The tensor given is not modified."""
     if not isinstance(indices, Tensor) or indices.is_floating_point() \
             or indices.is_complex() or indices.dtype == torch.bool:
-        raise TypeError(f"indices must be an integer torch.Tensor; got "
+        mask = " (code numbers, not a mask)" if getattr(indices, "dtype", None) == torch.bool \
+            else ""
+        raise TypeError(f"indices must be an integer torch.Tensor{mask}; got "
                         f"{getattr(indices, 'dtype', type(indices).__name__)}")
-    lo, hi = (int(indices.min()), int(indices.max())) if indices.numel() else (0, 0)
+    lo, hi = _integer_range(check_dense(indices, "indices"))
     if lo < 0 or hi >= n_codes:
         raise ValueError(f"indices must be in [0, {n_codes}) (n_codes={n_codes}); got values in "
                          f"[{lo}, {hi}]")
+    return indices.long()
+
+
+#: the integer dtypes that torch's ``min`` and ``max`` do not take
+_UNSIGNED_WIDE = (torch.uint16, torch.uint32, torch.uint64)
+
+
+def _integer_range(t: Tensor) -> tuple[int, int]:
+    """The smallest and the largest value of the integer tensor ``t`` as Python integers
+    (``(0, 0)`` when empty); the unsigned dtypes wider than uint8 are read through a sort."""
+    if t.numel() == 0:
+        return 0, 0
+    if t.dtype in _UNSIGNED_WIDE:
+        ordered = t.reshape(-1).sort().values
+        return int(ordered[0].item()), int(ordered[-1].item())
+    return int(t.min()), int(t.max())
 
 
 def check_squares_are_normal(X: Tensor) -> None:

@@ -114,8 +114,8 @@ _REALS: dict[str, tuple[str, Callable[[float], bool]]] = {
     "test_size": ("a number in (0, 1)", lambda v: 0 < v < 1),
 }
 
-#: The largest seed of a run: the peer's codebook is drawn with ``torch.manual_seed(seed + 1)``,
-#: which takes seeds up to ``2**64 - 1``.
+#: The largest seed of a run: the peer's codebook is drawn after seeding torch's global CPU
+#: generator with ``seed + 1``, which takes seeds up to ``2**64 - 1``.
 SEED_MAX = 2**64 - 2
 #: The largest seed of :func:`load_digits_split` (scikit-learn's ``random_state``).
 DIGITS_SEED_MAX = 2**32 - 1
@@ -262,13 +262,25 @@ def _schedule(method: str, cfg: dict[str, Any]) -> Callable[[nn.Module, int], No
 def train(method: str, cfg: dict[str, Any], X_train: Tensor, seed: int,
           progress: bool = False) -> tuple[VQAutoencoder, float]:
     """Train the autoencoder with ``method``'s quantiser; returns it (in eval mode) and the
-    training time in seconds. The networks' start and the batches depend on ``seed`` only."""
+    training time in seconds. The networks' start and the batches depend on ``seed`` only.
+
+    The networks' layers and the peer draw from torch's global CPU generator, so it is seeded
+    here, inside ``torch.random.fork_rng``: the caller's global generators are left as they
+    were (the CUDA ones untouched, as nothing here runs there)."""
+    with torch.random.fork_rng(devices=[]):
+        return _train(method, cfg, X_train, seed, progress)
+
+
+def _train(method: str, cfg: dict[str, Any], X_train: Tensor, seed: int,
+           progress: bool) -> tuple[VQAutoencoder, float]:
+    """:func:`train`, seeding (and advancing) torch's global CPU generator."""
     from tqdm.auto import tqdm
 
-    torch.manual_seed(seed)  # the same encoder and decoder for every method
+    torch.default_generator.manual_seed(seed)  # the same encoder and decoder for every method
     model = VQAutoencoder(X_train.shape[1], nn.Identity(), slots=cfg["slots"], dim=cfg["dim"],
                           hidden=cfg["hidden"])
-    torch.manual_seed(seed + 1)  # the peer draws its codebook from the global generator
+    # the peer draws its codebook (and its k-means start, its revived codes) from it
+    torch.default_generator.manual_seed(seed + 1)
     model.quantizer = _quantizer(method, cfg, seed)
     opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
     anneal = _schedule(method, cfg)
