@@ -227,3 +227,52 @@ def test_an_explicit_mean_start_without_a_direction_is_still_named() -> None:
     with pytest.raises(ValueError, match=r"init='mean' with metric='cosine' needs a mean "
                        "direction"):
         rk.RBFKMeans(2, metric="cosine", init="mean").fit(X)
+
+
+# -- 9. T_end on the event-driven ladder, fit_rows that sample nothing ---------------------------
+@pytest.fixture(scope="module")
+def blobs6() -> np.ndarray:
+    return make_blobs(1500, n_features=5, centers=6, cluster_std=1.2, random_state=1)[0]
+
+
+@pytest.mark.parametrize(("kwargs", "coldest"), [
+    ({"T_start": 1000.0, "T_end": 100.0}, 100.0), ({"T_start": 5.0, "T_end": 5.0}, 5.0),
+])
+def test_the_event_driven_ladder_stops_at_T_end(blobs6: np.ndarray, kwargs: dict[str, float],
+                                                coldest: float) -> None:
+    """It had run past T_end, which only the geometric ladder read."""
+    model = rk.RBFKMeans(6, random_state=0, **kwargs).fit(blobs6)
+    assert model.temperatures_.min() == pytest.approx(coldest, rel=1e-12)
+    assert model.temperatures_[-1] == pytest.approx(coldest, rel=1e-12)
+    assert np.all(np.diff(model.temperatures_) < 0)
+    geometric = rk.RBFKMeans(6, random_state=0, schedule="geometric", **kwargs).fit(blobs6)
+    assert geometric.temperatures_[-1] == pytest.approx(coldest, rel=1e-12)
+
+
+def test_a_T_end_below_the_ladders_end_changes_nothing(blobs6: np.ndarray) -> None:
+    default = rk.RBFKMeans(6, random_state=0).fit(blobs6)
+    cold = rk.RBFKMeans(6, random_state=0, T_end=1e-9).fit(blobs6)
+    np.testing.assert_array_equal(cold.temperatures_, default.temperatures_)
+    np.testing.assert_array_equal(cold.cluster_centers_, default.cluster_centers_)
+
+
+@pytest.mark.parametrize("kwargs", [{"assignment": "hard"},
+                                    {"assignment": "entmax15", "init": "k-means++"}])
+def test_fit_rows_that_sample_nothing_draw_the_start_as_documented(
+        kwargs: dict[str, str]) -> None:
+    """fit_rows >= n samples nothing: every such value gives one fit, a valid Lloyd fixed point
+    of J at most that of fit_rows=None's within 1%; its k-means++ start is drawn from 16 k rows
+    (the docstring), so it equals fit_rows=None only from other starts."""
+    X, _ = make_blobs(3000, n_features=4, centers=8, cluster_std=2.5, random_state=3)
+    plain = rk.RBFKMeans(8, random_state=0, **kwargs).fit(X)
+    at_n = rk.RBFKMeans(8, random_state=0, fit_rows=len(X), **kwargs).fit(X)
+    above = rk.RBFKMeans(8, random_state=0, fit_rows=10**6, **kwargs).fit(X)
+    np.testing.assert_array_equal(at_n.cluster_centers_, above.cluster_centers_)
+    assert at_n.inertia_ <= plain.inertia_ * 1.01
+    for start in ("mean", "random"):
+        if kwargs["assignment"] == "hard" and start == "mean":
+            continue
+        ref = rk.RBFKMeans(8, random_state=0, **kwargs | {"init": start}).fit(X)
+        got = rk.RBFKMeans(8, random_state=0, fit_rows=10**6,
+                           **kwargs | {"init": start}).fit(X)
+        np.testing.assert_array_equal(got.cluster_centers_, ref.cluster_centers_)

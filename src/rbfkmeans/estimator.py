@@ -163,8 +163,11 @@ class RBFKMeans(
         centroids (``inertia_`` is ``J`` of all the rows; the centroids are not a fixed point
         of the data), as faiss and mini-batch k-means trade quality for time. A k-means++
         start is then drawn from ``16 k`` of the sample's rows, and repeated rows are not
-        folded first. ``256 k`` is faiss's default sample; ``None``: every row, and the result
-        is a Lloyd fixed point of the data. The documented faster setting for embeddings is
+        folded first. With ``fit_rows`` at or above the number of rows nothing is sampled, but
+        a k-means++ start is still drawn from ``16 k`` rows (the setting's cost of seeding
+        does not grow with ``n``): such a fit equals ``fit_rows=None`` only from other starts.
+        ``256 k`` is faiss's default sample; ``None``: every row, and the result is a Lloyd
+        fixed point of the data. The documented faster setting for embeddings is
         faiss's recipe from k-means++ starts, ``RBFKMeans(k, assignment="hard",
         fit_rows=256 * k, max_iter=25)`` (docs/embeddings.md, "The two settings").
     T_start : float, optional
@@ -173,8 +176,10 @@ class RBFKMeans(
         ``sqrt(k) lambda_max`` for entmax15, ``k lambda_max`` for sparsemax; see
         :mod:`rbfkmeans.schedules`).
     T_end : float, optional
-        Coldest temperature of the ladder; default ``1e-6 T_c``. The ladder usually stops earlier,
-        as soon as every membership is one-hot.
+        Coldest temperature of the ladder (both ladders); default ``1e-6 T_c`` (geometric) or
+        none (splits). The ladder usually stops earlier, as soon as every membership is one-hot;
+        a ``T_end`` at or above the first temperature (``T_start``'s default when only
+        ``T_end`` is given) leaves that one temperature.
     cooling : float, optional
         Ratio between consecutive temperatures: default 0.85 (geometric), or the largest ratio
         between events, 0.7 (splits; 0.5 where the annealing is abbreviated on large data,
@@ -188,7 +193,9 @@ class RBFKMeans(
         abbreviated).
     stop_gap : float, default 1e-4
         The ladder stops at the first temperature where every membership is one-hot or the
-        relaxation gap ``(J - F_T) / J`` is at most ``stop_gap``; the hard polish follows.
+        relaxation gap ``(J - F_T) / J`` is at most ``stop_gap`` (splits: the first such
+        temperature after every group has split into single centroids); the hard polish
+        follows.
     temperature : float, optional
         Temperature of ``predict_proba`` and ``to_layer`` (default: the last one of the fit).
     perturbation : float, default 1e-4

@@ -246,6 +246,7 @@ def anneal_splits(
     assignment: str | Assignment,
     *,
     T_start: float | None = None,
+    T_end: float | None = None,
     cooling: float = 0.7,
     jump: float = 0.5,
     split_margin: float = 0.8,
@@ -264,7 +265,9 @@ def anneal_splits(
 ) -> AnnealResult:
     r"""Event-driven annealing of ``n_clusters`` copies from the weighted mean (module docstring).
 
-    ``T_start`` defaults to ``split_margin`` times the first critical temperature. At each
+    ``T_start`` defaults to ``split_margin`` times the first critical temperature; ``T_end``
+    (default: none) is the coldest temperature run, where the ladder stops if it has not
+    stopped before (a ``T_end`` at or above the first temperature leaves that one alone). At each
     temperature the groups' fixed point is sought by at most ``max_iter`` SQUAREM-accelerated
     soft-Lloyd steps, stopping once a step moves the centroids by at most ``tol`` (squared).
     Groups closer than ``merge_tol * T`` (squared distance) are merged. The ladder stops when
@@ -299,6 +302,8 @@ def anneal_splits(
             raise ValueError(f"{name} must be a number in (0, 1); got {v!r}")
     if T_start is not None:
         T_start = check_temperature(T_start, "T_start")  # finite and >= 0
+    if T_end is not None:
+        T_end = check_temperature(T_end, "T_end")
     max_iter = check_positive_int(max_iter, "max_iter")
     tol = check_nonnegative(tol, "tol")
     stop_gap = check_nonnegative(stop_gap, "stop_gap")
@@ -364,6 +369,8 @@ def anneal_splits(
                         or it <= settled_iter):
             hard = st.n_soft == 0
             break
+        if T_end is not None and T_end >= T:  # the coldest temperature asked for: reached
+            break
         assert st.T_crit is not None
         can_split = st.T_crit[m > 1]
         if can_split.numel():
@@ -371,6 +378,8 @@ def anneal_splits(
             T = min(cooling * T, max(T_event, jump * T))
         else:
             T = cooling * T
+        if T_end is not None:
+            T = max(T, T_end)  # the last temperature is T_end itself, as on the geometric ladder
     sample = None
     if temps and sub is not data:  # J of the subsample at C: judged by the caller on all rows
         sample = (sub.total_weight(), float(st.inertia))

@@ -158,7 +158,7 @@ def annealed(est: RBFKMeans, data: Data, C: Tensor | None, abs_tol: float, lam: 
         big = abbreviated(est, sum(rows.comm.counts(rows.n)), rows.d)  # all ranks' rows
         res = anneal_splits(
             rows, est.n_clusters, est.assignment,
-            T_start=temps.start if temps.start is not None else T_c,
+            T_start=temps.start if temps.start is not None else T_c, T_end=temps.end,
             cooling=(0.5 if big else 0.7) if est.cooling is None else est.cooling,
             max_iter=est.max_iter_per_temperature or (6 if big else 15), tol=10.0 * abs_tol,
             stop_gap=float(est.stop_gap), points_per_group=est.subsample,
