@@ -3,7 +3,7 @@
 While a command runs, SIGTERM (``kill``, ``timeout``, a scheduler ending a job) ends it as
 Ctrl-C does, through a Python exception, so that what it was writing is removed (a report's
 staging folder, an output's temporaries: :mod:`rbfkmeans.atomic_files`); it then exits with
-status 143 (``128 + SIGTERM``) and one line on stderr.
+status 143 (``128 + SIGTERM``; Ctrl-C: 130) and one line on stderr.
 """
 
 from __future__ import annotations
@@ -169,7 +169,8 @@ def _sigterm_exits() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); return the exit status (143
-    where SIGTERM ended the command, its cleanup done)."""
+    where SIGTERM ended the command, 130 where Ctrl-C did, its cleanup done, with one line on
+    stderr rather than Python's traceback)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -178,6 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Terminated as exc:
         print(f"rbfkmeans {args.command}: terminated (SIGTERM)", file=sys.stderr)
         return int(exc.code or 1)
+    except KeyboardInterrupt:  # Ctrl-C: the cleanup has run; one line, a shell's status
+        print(f"rbfkmeans {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
+        return 128 + signal.SIGINT
     except BrokenPipeError:  # the reader of stdout left (`| head`): nothing more to say
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # Python's exit flush would fail again
