@@ -383,3 +383,33 @@ def test_train_leaves_the_caller_s_global_generator_as_it_was(method: str) -> No
                            strict=True):
         if isinstance(a, Tensor):
             assert _bits(a) == _bits(b), key
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"init": "k-means++"}])
+def test_an_interrupted_seeding_leaves_the_waiting_rows(kwargs: dict[str, Any],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows had been cleared before the seeding ran: a Ctrl-C inside it lost them (and the
+    batch that arrived). Now the quantizer is as it was, and a retry seeds as an uninterrupted
+    one."""
+    from rbfkmeans import codebook
+
+    interrupted, plain = _kmeans(**kwargs), _kmeans(**kwargs)
+    for vq in (interrupted, plain):
+        vq(Z[:5])
+    before = copy.deepcopy(interrupted.state_dict())
+
+    def stop(*args: Any, **kw: Any) -> Any:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as mp:
+        mp.setattr(codebook, "kmeans_plusplus", stop)
+        mp.setattr(codebook.RBFKMeans, "fit", stop)
+        with pytest.raises(KeyboardInterrupt):
+            interrupted(Z[5:12])
+    after = interrupted.state_dict()
+    assert _bits(after["_extra_state"]["pending"]) == _bits(before["_extra_state"]["pending"])
+    assert not bool(interrupted.initialized)
+    interrupted(Z[5:12])
+    plain(Z[5:12])
+    assert bool(plain.initialized)
+    _assert_same(interrupted, plain)

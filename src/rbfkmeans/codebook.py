@@ -171,12 +171,31 @@ class CodebookUpdates:
             "assignment": self.assignment, "temperature": self.temperature,
             "metric": self.metric, "init": self.init, "decay": self.decay,
             "dead_code_steps": self.dead_code_steps}, "VectorQuantizer's")
-        self._pending.append(X.clone())
-        if comm.sum_scalars(sum(int(x.shape[0]) for x in self._pending))[0] < self.n_codes:
+        waiting = [*self._pending, X.clone()]  # kept only once this call cannot fail
+        if comm.sum_scalars(sum(int(x.shape[0]) for x in waiting))[0] < self.n_codes:
+            self._pending = waiting
             return
-        rows = [x.to(X.device) for x in self._pending]  # loaded ones may lie elsewhere
+        rows = [x.to(X.device) for x in waiting]  # loaded ones may lie elsewhere
         X0 = torch.cat(rows) if len(rows) > 1 else rows[0]  # (m, d)
-        self._pending.clear()
+        drawn = self._generator.get_state()
+        try:
+            C0 = self._seed_codes(X0, comm)  # (k, d)
+        except BaseException:  # Ctrl-C too: the rows wait on, the generator as it was
+            self._generator.set_state(drawn)
+            raise
+        comm.broadcast_(C0, src=0)
+        if self.init == "k-means++" and comm.rank == 0:  # RBFKMeans warns for itself
+            warn_if_codes_coincide(C0.to(self.codebook.dtype), stacklevel=6)
+        self.codebook.copy_(C0.to(self.codebook.dtype))
+        self.counts.zero_()
+        self.unused_steps.zero_()
+        self._pending = []  # seeded: nothing waits (a seeding that raised kept them waiting)
+        self.initialized.fill_(True)
+
+    def _seed_codes(self: Any, X0: Tensor, comm: Comm) -> Tensor:
+        """The first codebook (k, d) from the rows ``X0`` (m, d) that have arrived: a
+        k-means++ draw from the quantizer's generator, or an :class:`~rbfkmeans.RBFKMeans` fit,
+        on the metric's set of codes."""
         if self.init == "k-means++":
             C0 = kmeans_plusplus(Data(X0, comm=comm, validate=False), self.n_codes,
                                  generator=self._generator)  # (k, d)
@@ -185,14 +204,7 @@ class CodebookUpdates:
             est.fit(X0.cpu().numpy())
             C0 = torch.as_tensor(np.asarray(est.cluster_centers_), dtype=X0.dtype,
                                  device=X0.device)  # (k, d)
-        C0 = get_metric(self.metric).project(C0, self.codebook, "codebook")
-        comm.broadcast_(C0, src=0)
-        if self.init == "k-means++" and comm.rank == 0:  # RBFKMeans warns for itself
-            warn_if_codes_coincide(C0.to(self.codebook.dtype), stacklevel=6)
-        self.codebook.copy_(C0.to(self.codebook.dtype))
-        self.counts.zero_()
-        self.unused_steps.zero_()
-        self.initialized.fill_(True)
+        return get_metric(self.metric).project(C0, self.codebook, "codebook")
 
     @torch.no_grad()
     def _renormalize(self: Any) -> None:
