@@ -85,7 +85,7 @@ def test_deep_clustering_docs_gains_table_equals_the_committed_results() -> None
 
 
 def test_quantizer_docs_mnist_table_equals_the_committed_results() -> None:
-    from rbfkmeans.vq.experiment import PEER, markdown_table
+    from rbfkmeans.vq.report import PEER, markdown_table
 
     results = json.loads((ROOT / "benchmarks" / "results" / "vq_mnist.json").read_text())
     assert results["dataset"] == "mnist"

@@ -13,6 +13,7 @@ import torch
 from rbfkmeans import precompile, progress, spread, warmup
 from rbfkmeans.experiments import collapse, critical, datasets
 from rbfkmeans.vq import experiment as vq_experiment
+from rbfkmeans.vq import report as vq_report
 
 # -- datasets ---------------------------------------------------------------------------------
 
@@ -152,18 +153,18 @@ def test_collapse_result_is_named(fn):
 def test_vq_summarize_and_table_check_their_input():
     with pytest.raises(TypeError, match=re.escape("per_seed must be a list of per-seed result "
                                                   "dicts; got ndarray")):
-        vq_experiment.summarize(np.ones((2, 2)))
+        vq_report.summarize(np.ones((2, 2)))
     with pytest.raises(ValueError, match=re.escape("per_seed must hold at least one per-seed "
                                                    "row; got an empty list")):
-        vq_experiment.summarize([])
+        vq_report.summarize([])
     with pytest.raises(ValueError, match=re.escape("per_seed[0] must hold 'usage'")):
-        vq_experiment.summarize([{"mse": 1.0}])
+        vq_report.summarize([{"mse": 1.0}])
     with pytest.raises(TypeError, match=re.escape("results must be a dict (what run_vq returns); "
                                                   "got int64")):
-        vq_experiment.markdown_table(np.int64(3))
+        vq_report.markdown_table(np.int64(3))
     with pytest.raises(ValueError, match=re.escape("results['methods']['a']['mean'] must be a "
                                                    "dict holding 'mse'")):
-        vq_experiment.markdown_table({"methods": {"a": {"mean": {}}}})
+        vq_report.markdown_table({"methods": {"a": {"mean": {}}}})
 
 
 def test_load_digits_split_names_seed_and_test_size():

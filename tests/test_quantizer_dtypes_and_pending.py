@@ -99,6 +99,21 @@ def test_a_float32_network_with_a_float64_codebook_gets_float32_codes() -> None:
     assert torch.equal(q, vq.codebook[indices].float())
 
 
+@pytest.mark.parametrize("metric", ["sqeuclidean", "cosine"])
+def test_distances_and_scores_of_half_z_are_the_float32_computation(metric: str) -> None:
+    """As ``loss``: half-precision ``z`` is computed, and answered, in float32 (squared
+    distances of float16 rows of size 300 would overflow float16's 65,504)."""
+    vq = VectorQuantizer(4, 8, metric=metric, temperature=0.5).eval()
+    z = (_randn(16, 4) * 300).half()
+    D, S = vq.distances(z), vq.scores(z)
+    assert D.dtype == F32
+    assert S.dtype == F32
+    assert torch.isfinite(D).all()
+    assert torch.isfinite(S).all()
+    torch.testing.assert_close(D, vq.distances(z.float()), rtol=0, atol=0)
+    torch.testing.assert_close(S, vq.scores(z.float()), rtol=0, atol=0)
+
+
 # ---------------------------------------------------------------------------------------------
 # 2. lookup of integer indices of any integer dtype
 # ---------------------------------------------------------------------------------------------

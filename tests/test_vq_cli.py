@@ -16,12 +16,11 @@ from rbfkmeans.vq.experiment import (
     PEER,
     default_config,
     load_digits_split,
-    markdown_table,
     peer_version,
     run_vq,
-    summarize,
     train,
 )
+from rbfkmeans.vq.report import markdown_table, summarize
 
 
 def test_vq_command_writes_results_and_figures(tmp_path: Path,

@@ -335,14 +335,17 @@ class VectorQuantizer(CodebookUpdates, nn.Module):
                              "(its squared terms do not fit); rescale z")
 
     def distances(self, z: Tensor) -> Tensor:
-        """Distances ``d`` (..., k) from ``z`` (..., d) to the codes (no statistics kept)."""
+        """Distances ``d`` (..., k) from ``z`` (..., d) to the codes (no statistics kept), in the
+        compute dtype as ``loss`` is (float32 for half-precision ``z``, whose range squared
+        distances would leave)."""
         X = self._rows(z)
         with torch.autocast(X.device.type, enabled=False):
             D = self._distances(X, self.codebook.to(X.dtype))  # (n, k)
         return D.reshape(*z.shape[:-1], self.n_codes)
 
     def scores(self, z: Tensor) -> Tensor:
-        """Scores (..., k): ``-d / 2T``, or ``<x_hat, c_hat> / T`` for cosine; needs ``T > 0``."""
+        """Scores (..., k): ``-d / 2T``, or ``<x_hat, c_hat> / T`` for cosine; needs ``T > 0``.
+        In the compute dtype, as :meth:`distances`."""
         if self.temperature == 0:
             raise ValueError("scores are -d/(2T), undefined at temperature=0; use distances()")
         X = self._rows(z)

@@ -2,8 +2,8 @@
 
 ``experiment`` trains a small VQ autoencoder on scikit-learn's digits with
 :class:`~rbfkmeans.VectorQuantizer` (and, side by side, the ``vector-quantize-pytorch`` package
-when it is installed) and writes ``results.json``; ``plots`` draws its figures from that file;
-``cli`` registers the subcommand.
+when it is installed) and writes ``results.json``; ``report`` summarises the seeds and writes the
+table; ``plots`` draws its figures from that file; ``cli`` registers the subcommand.
 """
 
 from __future__ import annotations
