@@ -75,6 +75,7 @@ from .checks import all_or_nothing, check_input_width, check_output_width
 from .graph import knn_graph
 from .inference import InferenceMixin
 from .inputs import as_rows, warn_if_unscaled
+from .params import ParamsMixin
 from .pretrain import PretrainMixin, training, training_rows
 from .stage import JointStageMixin
 from .start import init_centroids
@@ -82,7 +83,7 @@ from .start import init_centroids
 __all__ = ["DeepClusterer"]
 
 
-class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
+class DeepClusterer(ParamsMixin, PretrainMixin, JointStageMixin, InferenceMixin):
     r"""Joint training of an encoder, an optional decoder and a k-means layer (module docstring).
 
     Parameters
@@ -177,6 +178,11 @@ class DeepClusterer(PretrainMixin, JointStageMixin, InferenceMixin):
     ``fit``, ``pretrain`` and ``init_layer`` check every parameter (also one set as an attribute
     after construction) and ``X`` before changing anything, and are all or nothing: one that
     raises leaves the attributes, the networks' weights and the layer as they were.
+
+    ``get_params``/``set_params`` follow scikit-learn (:mod:`~rbfkmeans.deep.params`).
+    :func:`sklearn.base.clone` gives an unfitted clusterer whose networks are deep copies of the
+    networks as they stand, trained weights included once fitted (they are trained in place):
+    clone an unfitted clusterer with fresh networks (e.g. :meth:`mlp`) to repeat its fit.
     """
 
     def __init__(
