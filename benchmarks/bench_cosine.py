@@ -40,6 +40,7 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import load_breast_cancer, load_digits, load_iris, load_wine
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
 
 from rbfkmeans import RBFKMeans
 
@@ -133,6 +134,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    with threadpool_limits(args.threads):  # scikit-learn's BLAS and OpenMP pools as torch's
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     rows: list[dict[str, Any]] = []
     for name, (X, k) in datasets().items():
@@ -156,7 +162,7 @@ def main() -> None:
                 "critical_temperature": float(est.critical_temperature_),
             })
         ratios = [r["inertia_ratio"] for r in runs]
-        row = {
+        row: dict[str, Any] = {
             "dataset": name, "n": int(X.shape[0]), "d": int(X.shape[1]), "k": k, "runs": runs,
             "inertia_ratio": summary(ratios),
             "time_ratio": summary([r["time_ratio"] for r in runs]),
