@@ -55,7 +55,10 @@ def main() -> None:
         print(f"{name:28s} max ratio {max(r):.4f}, above KMeans(n_init=10) on "
               f"{summary[name]['sets_above']}/{len(r)} sets")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"summary": summary, "runs": ratios}, indent=2))
+    from machine import describe  # benchmarks/machine.py, beside this script
+
+    RESULTS.write_text(json.dumps({"machine": describe(), "summary": summary, "runs": ratios},
+                                  indent=2))
     print(f"written to {RESULTS}")
 
 

@@ -258,9 +258,12 @@ def main() -> None:
     }
     print(json.dumps(summary))
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    from machine import describe  # benchmarks/machine.py, beside this script
+
     args.out.write_text(json.dumps({"threads": args.threads, "seeds": seeds, "repeat": args.repeat,
-                                    "estimator": ours, "pixel_seed": args.pixel_seed,
-                                    "summary": summary, "rows": rows}, indent=2))
+                                    "machine": describe(), "estimator": ours,
+                                    "pixel_seed": args.pixel_seed, "summary": summary,
+                                    "rows": rows}, indent=2))
     print(f"written to {args.out}")
 
 

@@ -3,11 +3,16 @@
 Workload W (SPEC section 4): ``make_blobs`` n=200,000, d=32, k=64, float32, 2 threads. The floor
 is the time of the one product ``X @ C.T`` measured in the same run; every other time is reported
 as a multiple of it. Compared: our hard Lloyd, softmax and entmax-1.5 soft iterations (one full
-``cluster_stats`` pass plus the centroid update), scikit-learn's Lloyd iteration (from a fit of
-fixed length), faiss's k-means iteration, and whole fits (ours with default settings against
-``KMeans(n_init=10)``).
+``cluster_stats`` pass plus the centroid update, the rows' norms computed once beforehand as a fit
+does), scikit-learn's Lloyd iteration and faiss's k-means iteration, each the marginal cost of an
+iteration: the difference between fits of ``LONG`` and ``SHORT`` iterations from the same start
+(``tol=0``), divided by the difference of their iteration counts, so that what a fit pays once
+(validation, copies, the rows' norms, the last labelling) is left out as it is for ours; and whole
+fits (ours with default settings against ``KMeans(n_init=10)``, inertia recomputed in float64).
+Every library runs on ``--threads`` threads (torch, numba, faiss, and the BLAS and OpenMP pools
+through threadpoolctl); every time is the fastest of several runs.
 
-Run by hand: ``python benchmarks/bench_iterations.py [--quick]``; writes
+Run by hand: ``python benchmarks/bench_iterations.py [--skip-fit]``; writes
 ``benchmarks/results/iterations.json``.
 """
 
@@ -15,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +30,7 @@ import torch
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
+from threadpoolctl import threadpool_limits
 
 from rbfkmeans import RBFKMeans, warmup
 from rbfkmeans.passes import Data
@@ -34,6 +38,34 @@ from rbfkmeans.schedules import critical_temperature
 from rbfkmeans.stats import cluster_stats
 
 RESULTS = Path(__file__).parent / "results" / "iterations.json"
+
+#: The peers' fits whose difference gives the marginal cost of one iteration.
+SHORT, LONG = 5, 25
+
+
+def marginal(fit: Callable[[int], int], repeat: int = 3) -> float | None:
+    """Seconds of one iteration: ``fit(m)`` runs ``m`` iterations and returns how many it ran;
+    the fastest of ``repeat`` fits of ``LONG`` minus the fastest of ``SHORT``, over the
+    difference of their counts (None where a fit settled before ``LONG`` iterations: on W
+    scikit-learn's runs 91 from this start)."""
+    runs: dict[int, int] = {}
+
+    def run(m: int) -> None:
+        runs[m] = fit(m)
+
+    t_short = timeit(lambda: run(SHORT), repeat=repeat)
+    t_long = timeit(lambda: run(LONG), repeat=repeat)
+    if runs[LONG] < LONG:
+        print(f"the peer settled after {runs[LONG]} iterations: no marginal cost measured")
+        return None
+    return (t_long - t_short) / (runs[LONG] - runs[SHORT])
+
+
+def inertia64(X: np.ndarray, C: np.ndarray) -> float:
+    """``J`` in float64 (the nearest centroid of every row), chunked."""
+    X64, C64 = torch.from_numpy(X).double(), torch.from_numpy(np.asarray(C)).double()
+    return float(sum(torch.cdist(X64[s:s + 50_000], C64).square().amin(dim=1).sum()
+                     for s in range(0, X64.shape[0], 50_000)))
 
 
 def timeit(fn: Callable[[], Any], repeat: int = 7, warmup: int = 1) -> float:
@@ -57,7 +89,13 @@ def main() -> None:
     parser.add_argument("--skip-fit", action="store_true", help="skip the whole-fit comparison")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    with threadpool_limits(args.threads):
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
+    from machine import describe  # benchmarks/machine.py, beside this script
+
     warmup.warm_up()  # compiled (or loaded) before any timing
 
     Xn, _ = make_blobs(args.n, args.d, centers=args.k, random_state=0)
@@ -69,8 +107,8 @@ def main() -> None:
     results: dict[str, Any] = {
         "workload": {"n": args.n, "d": args.d, "k": args.k, "dtype": "float32",
                      "threads": args.threads},
-        "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "torch": torch.__version__, "cpu_count": os.cpu_count()},
+        "machine": describe(),
+        "peer_iterations": {"short": SHORT, "long": LONG},
         "seconds": {},
     }
     sec = results["seconds"]
@@ -92,36 +130,44 @@ def main() -> None:
         sec[f"ours_softmax_T{frac:g}Tc"] = timeit(ours(frac * Tc, "softmax"), repeat=5)
         sec[f"ours_entmax15_T{frac:g}Tc"] = timeit(ours(frac * Tc, "entmax15"), repeat=5)
 
-    # scikit-learn: a fixed number of Lloyd iterations from the same init (tol=0 runs them all)
-    iters = 10
-    km = KMeans(args.k, init=Cn, n_init=1, max_iter=iters, tol=0.0, algorithm="lloyd")
-    t_sk = timeit(lambda: km.fit(Xn), repeat=3)
-    sec["sklearn_lloyd_iteration"] = t_sk / max(km.n_iter_, 1)
+    # scikit-learn: fits of a fixed number of Lloyd iterations from the same start (tol=0 runs
+    # them all)
+    def sklearn_fit(m: int) -> int:
+        km = KMeans(args.k, init=Cn, n_init=1, max_iter=m, tol=0.0, algorithm="lloyd").fit(Xn)
+        return int(km.n_iter_)
+
+    sec["sklearn_lloyd_iteration"] = marginal(sklearn_fit)
     try:
         import faiss
 
         faiss.omp_set_num_threads(args.threads)
 
-        def faiss_fit() -> Any:
-            kmf = faiss.Kmeans(args.d, args.k, niter=iters, verbose=False, seed=0,
+        def faiss_fit(m: int) -> int:
+            kmf = faiss.Kmeans(args.d, args.k, niter=m, verbose=False, seed=0,
                                max_points_per_centroid=args.n)
             kmf.train(Xn, init_centroids=Cn)
-            return kmf
+            return m
 
-        sec["faiss_iteration"] = timeit(faiss_fit, repeat=3) / iters
+        sec["faiss_iteration"] = marginal(faiss_fit)
     except ImportError:  # faiss-cpu is a benchmark-only dependency
         sec["faiss_iteration"] = None
 
     if not args.skip_fit:
-        t0 = time.perf_counter()
-        ref = KMeans(args.k, n_init=10, random_state=0).fit(Xn)
-        sec["fit_sklearn_n_init10"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        est = RBFKMeans(args.k, random_state=0).fit(Xn)
-        sec["fit_rbfkmeans_default"] = time.perf_counter() - t0
+        fits: dict[str, Any] = {}
+
+        def fit(name: str, make: Callable[[], Any]) -> Callable[[], None]:
+            def once() -> None:
+                fits[name] = make().fit(Xn)
+            return once
+
+        sec["fit_sklearn_n_init10"] = timeit(
+            fit("sklearn", lambda: KMeans(args.k, n_init=10, random_state=0)), repeat=3, warmup=0)
+        sec["fit_rbfkmeans_default"] = timeit(
+            fit("ours", lambda: RBFKMeans(args.k, random_state=0)), repeat=3, warmup=0)
+        ref, est = fits["sklearn"], fits["ours"]
         results["fit"] = {
-            "inertia_sklearn_n_init10": float(ref.inertia_),
-            "inertia_rbfkmeans": float(est.inertia_),
+            "inertia_sklearn_n_init10": inertia64(Xn, ref.cluster_centers_),
+            "inertia_rbfkmeans": inertia64(Xn, est.cluster_centers_),
             "temperatures_run": len(est.temperatures_),
             "n_iter_rbfkmeans": int(est.n_iter_),
             "ari_vs_sklearn": float(adjusted_rand_score(ref.labels_, est.labels_)),

@@ -63,10 +63,20 @@ def inertia64(X: np.ndarray, C: np.ndarray) -> float:
 def child(method: str, n: int, seed: int, threads: int) -> dict[str, Any]:
     """One method on one seed, in this process."""
     import torch
+    from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(threads)
-    if method != "kmeans1":  # imported and its kernels compiled (or loaded) before measuring
-        from rbfkmeans import warmup
+    with threadpool_limits(threads):  # every library on the same threads
+        return _measure(method, n, seed)
+
+
+def _measure(method: str, n: int, seed: int) -> dict[str, Any]:
+    """The fit of :func:`child`: each method's modules imported (and our kernels compiled or
+    loaded) before the clock and the memory baseline."""
+    if method == "kmeans1":
+        from sklearn.cluster import KMeans
+    else:
+        from rbfkmeans import RBFKMeans, warmup
 
         warmup.warm_up()
     X = make_data(n, seed)
@@ -74,18 +84,12 @@ def child(method: str, n: int, seed: int, threads: int) -> dict[str, Any]:
     base = _rss_kb("VmRSS")
     t0 = time.perf_counter()
     if method == "kmeans1":
-        from sklearn.cluster import KMeans
-        from threadpoolctl import threadpool_limits
-
-        with threadpool_limits(threads):
-            est = KMeans(K, n_init=1, random_state=seed).fit(X)
+        est = KMeans(K, n_init=1, random_state=seed).fit(X)
         fit_s = time.perf_counter() - t0
         total_s = fit_s
         C, n_iter = est.cluster_centers_, int(est.n_iter_)
         extra: dict[str, Any] = {}
     else:
-        from rbfkmeans import RBFKMeans
-
         max_iter = 100 if method == "rbfkmeans_max_iter100" else 300
         est = RBFKMeans(K, random_state=seed, max_iter=max_iter).fit(X)
         fit_s = time.perf_counter() - t0
@@ -139,10 +143,13 @@ def main() -> None:
         "memory": summary["peak_growth_mb_max"] <= 512.0,
     }
     print(json.dumps(summary))
+    from machine import describe  # benchmarks/machine.py, beside this script
+
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "n": args.n, "d": D, "k": K, "threads": args.threads, "rows": rows, "summary": summary,
         "environment": {"python": platform.python_version(), "machine": platform.machine()},
+        "machine": describe(),
     }, indent=2))
 
 
