@@ -9,7 +9,9 @@
 * :mod:`.followups`     -- claim 8: the interview question's follow-ups;
 * :mod:`.trajectories`  -- claim 9: centroid paths through the annealing;
 * :mod:`.runner`        -- runs them all, writes ``results.json``;
-* :mod:`.plots`, :mod:`.report` -- figures and ``report.md`` drawn from ``results.json`` alone.
+* :mod:`.plots`, :mod:`.report` -- figures and ``report.md`` drawn from ``results.json`` alone
+  (:mod:`.findings` and :mod:`.findings_collapse`: the table of verdicts;
+  :mod:`.report_collapse` and :mod:`.report_sections`: the text of the sections).
 """
 
 from __future__ import annotations

@@ -14,8 +14,10 @@ Three measurements per dataset and mapping:
 2. ``nonlinear``: soft Lloyd to convergence from ``mu`` plus a tiny perturbation at
    ``T = ratio * T_c`` for a few ratios; the spread ``max_j ||c_j - mu||`` tells whether the
    centroids split (the first split lies between the lowest unsplit and the highest split ratio);
-3. ``phase``: an annealing run (warm-started, geometric cooling, no rebalancing) and the number of
-   distinct centroids at each temperature -- the phase diagram.
+3. ``phase``: an annealing run (warm-started, from ``1.5 T_c``, geometric cooling, no
+   rebalancing) and the number of distinct centroids and the soft-Lloyd iterations at each
+   temperature -- the phase diagram. Its resolution is the ladder's step: the split shows at the
+   first step where the perturbation has grown past :data:`DISTINCT_TOL`.
 """
 
 from __future__ import annotations
@@ -104,6 +106,8 @@ def _phase(dc: DatasetContext, mapping: str, T_c: float, cooling: float, max_ite
     counts = [distinct_count(h["C"]) for h in res.history]  # type: ignore[arg-type]
     split = next((h["T"] for h, c in zip(res.history, counts, strict=True) if c > 1), None)
     return {"T": [float(h["T"]) for h in res.history], "distinct": counts,  # type: ignore[arg-type]
+            "n_iter": [int(h["n_iter"]) for h in res.history],  # type: ignore[call-overload]
+            "max_iter": max_iter, "cooling": cooling, "T_hot_over_T_c": 1.5,
             "first_split_T": split}
 
 

@@ -17,6 +17,8 @@ r"""Claim 8: the interview question's follow-ups, measured on the datasets.
    ``C*``; the error is ``max_j ||c_j - c*_j||`` after matching, against the samples seen. The
    error to the Lloyd fixed point nearest to the online result (Lloyd run from it) is recorded
    too: an online run can settle in another fixed point than batch Lloyd from the same start.
+   The log-log slope of the error against the samples seen (after the first pass) tells how
+   fast it falls (``-1``: like ``1/samples``).
 """
 
 from __future__ import annotations
@@ -99,6 +101,17 @@ def relu_instead_of_softmax(dc: DatasetContext) -> dict[str, Any]:
     return out
 
 
+def _loglog_slope(samples: list[int], err: list[float], epochs: int) -> float | None:
+    """Least-squares slope of ``log err`` against ``log samples`` after the first of ``epochs``
+    passes (``samples >= samples[-1] / epochs``, errors > 0): ``-1`` is an error falling like
+    ``1/samples``; ``None`` with fewer than two such points."""
+    s, e = np.asarray(samples, float), np.asarray(err, float)
+    sel = (s >= s[-1] / epochs) & (e > 0)
+    if np.unique(s[sel]).size < 2:
+        return None
+    return float(np.polyfit(np.log(s[sel]), np.log(e[sel]), 1)[0])
+
+
 def online_learning(dc: DatasetContext, epochs: int, batch: int, seed: int) -> dict[str, Any]:
     X, k, n = dc.X, dc.k, dc.n
     C_star, C0 = dc.C_star, dc.C0
@@ -136,6 +149,7 @@ def online_learning(dc: DatasetContext, epochs: int, batch: int, seed: int) -> d
         err_own = [match_max_error(C, C_own) for C in path]
         out[key] = {
             "error": err,
+            "error_loglog_slope": _loglog_slope(seen, err, epochs),
             "error_to_nearest_fixed_point": err_own,
             "excess_J": [float(kmeans_objective(X, C)) / J_star - 1 for C in path],
             "final_error": err[-1],
