@@ -371,7 +371,7 @@ def _torch_sums(data: Data, C: Tensor, m: Tensor, T: float, entry: Assignment, o
     acc = torch.zeros(3, dtype=torch.float64, device=dev)  # F_T, J, soft weight
     A = torch.zeros(len(split), d, d, dtype=torch.float64, device=dev) \
         if split is not None else None
-    for s in data.chunks(g):
+    for s in data.chunks(g if data.w is None else max(g, d)):  # weighted rows are copied (Xw)
         Xc = data.X[s]  # (b, d)
         w = data.weight(s)
         if plain:

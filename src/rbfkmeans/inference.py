@@ -169,9 +169,11 @@ class InferenceMixin:
             Xf, C = self._framed(X)
             data, C64 = self._inference_data(Xf), C.double()
             out = np.empty((X.shape[0], C.shape[0]), dtype=X.dtype)
-            for s in data.chunks(C.shape[0]):  # in float64, as scikit-learn: the expansion's
-                Xs = data.X[s].double()  # rounding in float32 is eps times the spread between
-                # clusters, which swamps the distance of a row to its own centre
+            # in float64, as scikit-learn: the expansion's rounding in float32 is eps times the
+            # spread between clusters, which swamps the distance of a row to its own centre;
+            # chunks of max(k, d) entries a row, as each chunk's rows are copied
+            for s in data.chunks(max(C.shape[0], data.d)):
+                Xs = data.X[s].double()
                 D = (Xs.sq_distances(C64) if is_sparse(Xs) else sq_distances(Xs, C64)).sqrt_()
                 out[s] = to_numpy(scale_by_power_of_two(D, -self._fit_frame.exponent,
                                                         inplace=True))  # (b, k)

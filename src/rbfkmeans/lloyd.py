@@ -344,7 +344,7 @@ def _spherical_objective(data: Data, C: Tensor, labels: Tensor) -> float:
     in float64, by chunks and summed over ranks (the spherical objective of a hard pass at
     ``C``, as its scores round)."""
     total = 0.0
-    for s in data.chunks(1):
+    for s in data.chunks(data.d):  # the rows' centroids C[labels[s]] are a (b, d) copy
         cos = row_dots(dense(data.X[s]), C[labels[s]]).double()  # (b,)
         w = data.weight(s)
         total += float((1.0 - cos).sum() if w is None else (1.0 - cos) @ w.double())
@@ -372,14 +372,15 @@ def _euclidean(data: Data) -> Data:
 def _moments(data: Data, spherical: bool = False) -> float:
     """``sum_i w_i ||x_i||^2`` over the ranks (``sum_i w_i`` for unit rows, ``spherical``),
     squared and added in float64 (``Data.X_sq`` is in the data's dtype: in float32 its rounding
-    would swamp ``J_t``, a small difference)."""
+    would swamp ``J_t``, a small difference). By chunks of ``d`` entries per row: a chunk's
+    rows are copied to float64."""
     total = 0.0
-    for s in data.chunks(1):
+    for s in data.chunks(data.d):
         w = data.weight(s)
         if spherical:  # unit rows: their weights
             total += float(data.X[s].shape[0] if w is None else w.double().sum())
             continue
-        sq = data.X[s].double().square().sum(dim=1)
+        sq = data.X[s].double().square_().sum(dim=1)
         total += float(sq.sum() if w is None else sq @ w.double())
     return data.comm.sum_scalars(total)[0] if data.comm.active else total
 

@@ -194,7 +194,9 @@ def cluster_stats(
             data.X, C, torch.ones(k, dtype=torch.long), T, entry.name, data.w,
             objective=objective, split=None, hard_tol=hard_tol)
         obj, inertia, n_soft = acc.to(dev)  # F_T, J, the soft rows' weight (float64)
-    for s in () if fused or fused_soft else data.chunks(k):
+    # weighted rows are copied (Xw): then chunks of max(k, d) entries a row
+    width = k if data.w is None else max(k, data.d)
+    for s in () if fused or fused_soft else data.chunks(width):
         Xc = data.X[s]  # (b, d)
         w = data.weight(s)  # (b,)
         Xw = Xc if w is None else Xc * w.unsqueeze(1)  # (b, d)
