@@ -77,3 +77,11 @@ def test_a_weighted_torch_pass_copies_a_chunk_of_weighted_rows_at_a_time(
     assert torch.equal(st.labels, labels)
     N_ref = torch.zeros(4, dtype=torch.float64).index_add_(0, labels, w.double())
     torch.testing.assert_close(st.N.double(), N_ref, rtol=1e-5, atol=0.0)
+
+
+def test_the_moments_of_float64_rows_leave_the_rows_as_they_were() -> None:
+    X = torch.randn(1000, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    before = X.clone()
+    total = lloyd._moments(Data(X))
+    assert torch.equal(X, before)  # .double() of float64 rows is the rows themselves
+    assert total == pytest.approx(float(before.square().sum()), rel=1e-12)

@@ -380,7 +380,7 @@ def _moments(data: Data, spherical: bool = False) -> float:
         if spherical:  # unit rows: their weights
             total += float(data.X[s].shape[0] if w is None else w.double().sum())
             continue
-        sq = data.X[s].double().square_().sum(dim=1)
+        sq = data.X[s].double().square().sum(dim=1)  # .double() of float64 rows is X itself
         total += float(sq.sum() if w is None else sq @ w.double())
     return data.comm.sum_scalars(total)[0] if data.comm.active else total
 
