@@ -96,6 +96,7 @@ def _iteration_seconds(X: torch.Tensor, C: torch.Tensor, assignment: str, T: flo
 def _throughput_worker(rank: int, world: int, threads: int, port: int, cfg: dict[str, Any],
                        out: str) -> None:
     torch.set_num_threads(threads)
+    warmup.warm_up()  # the kernels loaded (or compiled) before any timing, in every worker
     X, C0 = _workload(cfg["n"], cfg["d"], cfg["k"])
     ctx = process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                         world_size=world) if world > 1 else None
@@ -318,18 +319,22 @@ def main() -> None:
     result: dict[str, Any] = {}
     if RESULTS.exists():
         result = json.loads(RESULTS.read_text())
-    result["machine"] = {"platform": platform.platform(), "cpus": os.cpu_count(),
-                         "torch": torch.__version__, "rbfkmeans": rk.__version__,
-                         "load_average_at_start": os.getloadavg()}
+    from machine import describe  # benchmarks/machine.py, beside this script
+
+    machine = {"platform": platform.platform(), "cpus": os.cpu_count(),
+               "torch": torch.__version__, "rbfkmeans": rk.__version__,
+               "load_average_at_start": os.getloadavg(), **describe()}
     if args.part in ("throughput", "all"):
         cfg = {"n": 50_000 if args.quick else 200_000, "d": 32, "k": 64,
                "repeat": 3 if args.quick else 7, "fit": not args.quick}
         result["throughput"] = throughput(cfg)
+        result["throughput_machine"] = machine  # each part records the run that measured it
     if args.part in ("memory", "all"):
         sizes = [100_000, 300_000] if args.quick else \
             [100_000, 250_000, 500_000, 1_000_000, 2_000_000, 4_000_000]
         result["memory"] = memory(sizes, extra=not args.quick, repeat=1 if args.quick else 3)
-    result["machine"]["load_average_at_end"] = os.getloadavg()
+        result["memory_machine"] = machine
+    machine["load_average_at_end"] = os.getloadavg()
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2))
     print(f"wrote {RESULTS}")
