@@ -1008,3 +1008,30 @@ def test_spherical_lloyd_run_equals_the_torch_iterations(monkeypatch: pytest.Mon
         np.testing.assert_allclose(fast.C[j].double().numpy(), m / np.linalg.norm(m), atol=1e-5)
     cos = (U * fast.C.double().numpy()[lab]).sum(1)
     assert fast.inertia == pytest.approx(float(wn @ (1 - cos)), rel=1e-10)  # float64 products
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 800), k=st.integers(1, 70),
+       copies=st.integers(1, 3), dtype=st.sampled_from([torch.float32, torch.float64]))
+@example(seed=0, n=513, k=64, copies=2, dtype=torch.float32)  # two full blocks and one row
+def test_the_wide_hard_pass_breaks_exact_ties_to_the_lowest_index(
+        seed: int, n: int, k: int, copies: int, dtype: torch.dtype) -> None:
+    """:func:`_loops.hard_wide` finds the nearest centroids of a block of rows at once, centroid
+    by centroid; with integer rows and centroids repeated ``copies`` times (every score an exact
+    tie among the copies, and many rows equidistant from distinct centroids) its labels are the
+    first index of the smallest score, as numpy's argmin of the same float64 scores, and its
+    ``J`` the exact one."""
+    rng = np.random.default_rng(seed)
+    d = kernels.MAX_DIM + 4
+    Xn = rng.integers(-3, 4, size=(n, d)).astype(np.float64)
+    base = rng.integers(-3, 4, size=(k, d)).astype(np.float64)
+    Cn = np.repeat(base, copies, axis=0)  # (k copies, d): rows j and j+1.. equal
+    scores = (Cn * Cn).sum(1)[None, :] - 2.0 * Xn @ Cn.T  # exact in float64
+    X, C = torch.from_numpy(Xn).to(dtype), torch.from_numpy(Cn).to(dtype)
+    data = Data(X)
+    assert kernels.usable(data.X, C.shape[0], scores=True)
+    st_ = cluster_stats(data, C, 0.0, "hard", return_labels=True)
+    assert st_.labels is not None
+    assert np.array_equal(st_.labels.numpy(), scores.argmin(axis=1))
+    J = float(((Xn[:, None, :] - Cn[None]) ** 2).sum(2).min(1).sum())
+    assert st_.inertia == pytest.approx(J, rel=1e-12, abs=1e-9)
