@@ -20,15 +20,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from ._row_loops import (
-    _add_row,
-    _argmax,
-    _assign_row,
-    _centroid_terms,
-    _row_scores,
-    sq_norm,
-    sum_blocks,
-)
+from ._row_loops import _argmax, _assign_row, _centroid_terms, _row_scores, sq_norm, sum_blocks
 
 __all__ = ["WIDE_ROWS", "group", "hard", "hard_wide"]
 
@@ -67,16 +59,12 @@ WIDE_ROWS = 256
 @njit(parallel=True, cache=True, nogil=True)
 def hard_wide(X, C, w, objective, labels, nb):
     """:func:`hard` for wide data: each block's scores ``||c_j||^2 - 2 x_i.c_j`` from matrix
-    products ``C X_b^T`` (k, m) of ``m = WIDE_ROWS`` rows at a time (BLAS, in ``X``'s dtype; the
-    caller runs the BLAS on one thread), then the nearest centroid of the ``m`` rows at once:
-    centroid by centroid, each row's running minimum replaced where the new score is smaller
-    (strictly: ties to the lowest index, as :func:`_argmin`), an element-wise loop over the
-    rows that the compiler vectorises, where a row's own argmin is a chain of dependent
-    compares; then the sums in row order."""
+    products of ``WIDE_ROWS`` rows at a time (BLAS, in ``X``'s dtype; the caller runs the BLAS
+    on one thread), then the same argmin and sums."""
     n, d = X.shape
     k = C.shape[0]
     has_w = w.shape[0] > 0
-    Cc = np.ascontiguousarray(C)  # (k, d) in X's dtype
+    CT = np.ascontiguousarray(C.T)  # (d, k) in X's dtype
     csq = np.zeros(k)
     for j in range(k):
         for t in range(d):
@@ -85,37 +73,23 @@ def hard_wide(X, C, w, objective, labels, nb):
     N = np.zeros((nb, k))
     S = np.zeros((nb, k, d))
     J = np.zeros(nb)
-    LEAST = np.empty((nb, WIDE_ROWS))  # each block's running minima of its m rows
-    ARG = np.empty((nb, WIDE_ROWS), dtype=np.int64)  # and their centroids
+    G = np.empty((nb, k))
     V = np.empty((nb, d))
     for b in prange(nb):
+        g = G[b]
         Nb = N[b]
         Sb = S[b]
-        least = LEAST[b]
-        arg = ARG[b]
         end = min(n, (b + 1) * block)
         for s0 in range(b * block, end, WIDE_ROWS):
             s1 = min(end, s0 + WIDE_ROWS)
-            m = s1 - s0
-            PT = np.dot(Cc, X[s0:s1].T)  # (k, m); allocated here, as fast as a scratch array
-            for r in range(m):
-                least[r] = csq[0] - 2.0 * np.float64(PT[0, r])
-                arg[r] = 0
-            for j in range(1, k):
-                cj = csq[j]
-                for r in range(m):
-                    g = cj - 2.0 * np.float64(PT[j, r])
-                    if g < least[r]:
-                        least[r] = g
-                        arg[r] = j
-            for r in range(m):
+            P = np.dot(X[s0:s1], CT)  # (rows, k); allocated here, as fast as a scratch array
+            for r in range(s1 - s0):
                 i = s0 + r
-                a = arg[r]
-                labels[i] = a
-                wi = np.float64(w[i]) if has_w else 1.0
-                xs = _add_row(X, i, wi, Nb, Sb, a, V[b])
+                for j in range(k):
+                    g[j] = csq[j] - 2.0 * np.float64(P[r, j])
+                Ji = _assign_row(X, i, g, w, has_w, labels, Nb, Sb, V[b])
                 if objective:
-                    J[b] += wi * max(least[r] + xs, 0.0)
+                    J[b] += Ji
     return sum_blocks(N), sum_blocks(S.reshape(nb, k * d)).reshape(k, d), \
         sum_blocks(J.reshape(nb, 1))[0]
 
