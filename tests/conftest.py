@@ -12,8 +12,13 @@ package), for the tests that check a benchmark's logic or the docs it generates.
 
 from __future__ import annotations
 
-import importlib.util
 import os
+
+# scipy reads SCIPY_ARRAY_API once, when it is first imported: set it before anything imports
+# scipy (scikit-learn, through rbfkmeans), so that scikit-learn's array API checks run
+os.environ.setdefault("SCIPY_ARRAY_API", "1")
+
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType

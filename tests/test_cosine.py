@@ -159,6 +159,28 @@ def test_as_linear_round_trip(T: float) -> None:
         rk.KMeansLayer.from_linear(nobias, T, metric="cosine").centroids.detach(), C_hat)
 
 
+@pytest.mark.parametrize("T", [0.25, 1.0])
+def test_as_linear_normalises_centroids_that_left_the_sphere(T: float) -> None:
+    """Centroids off unit length (scaled in place, as an optimiser step may leave them): the
+    Linear's weight is still ``C_hat / T`` and ``m(lin(X_hat))`` still the layer's output."""
+    g = torch.Generator().manual_seed(5)
+    X = torch.randn(20, 4, generator=g, dtype=torch.float64) * 4.0
+    C = torch.randn(3, 4, generator=g, dtype=torch.float64)
+    layer = rk.KMeansLayer(C, T, "softmax", metric="cosine")
+    with torch.no_grad():
+        layer.centroids.data.mul_(torch.tensor([[3.0], [0.5], [1.7]], dtype=torch.float64))
+    C_now = layer.centroids.detach().clone()
+    assert not torch.allclose(C_now.norm(dim=1), torch.ones(3, dtype=torch.float64))
+    C_hat = C_now / C_now.norm(dim=1, keepdim=True)
+    lin = layer.as_linear()
+    torch.testing.assert_close(lin.weight.detach(), C_hat / T, rtol=1e-12, atol=1e-12)
+    assert torch.equal(lin.bias.detach(), torch.zeros(3, dtype=torch.float64))
+    X_hat = X / X.norm(dim=1, keepdim=True)
+    P = torch.softmax(X_hat @ C_hat.T / T, dim=1)  # cos(x, c) / T
+    torch.testing.assert_close(layer(X), P, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(torch.softmax(lin(X_hat), dim=1), P, rtol=1e-10, atol=1e-12)
+
+
 def test_from_linear_cosine_errors() -> None:
     layer = rk.KMeansLayer(torch.randn(3, 2), 0.5, metric="cosine")
     lin = layer.as_linear()

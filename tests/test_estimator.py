@@ -9,6 +9,7 @@ and the ``entmax`` package (memberships and soft means), repeated rows (integer 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 import warnings
@@ -32,6 +33,8 @@ import rbfkmeans.runs as runs_mod
 from rbfkmeans import KMeansLayer, RBFKMeans
 from rbfkmeans._parameters import PARAMETERS as _PARAMETERS
 from rbfkmeans.gradient import gradient_step
+from rbfkmeans.lloyd import lloyd
+from rbfkmeans.passes import Data
 from rbfkmeans.publish import distinct_rows
 from rbfkmeans.splits import Subsample
 
@@ -164,6 +167,36 @@ def test_hard_equals_sklearn_lloyd_from_same_init(tol: float) -> None:
     km = KMeans(5, init=C0, n_init=1, tol=tol, algorithm="lloyd").fit(X)
     est = RBFKMeans(5, assignment="hard", init=C0, tol=tol).fit(X)
     compare_to_sklearn(est, km)
+
+
+def test_lloyd_tol_stops_at_the_first_small_enough_shift() -> None:
+    """``tol > 0`` stops at the first iteration whose squared shift ``sum_j ||c_j^new - c_j||^2``
+    is at most ``tol``, not earlier and not later, while the labels still change. The shifts
+    come from the centroids of the runs cut at ``max_iter = 1, 2, ...`` (numpy, float64)."""
+    X = torch.from_numpy(np.random.RandomState(0).uniform(size=(1500, 2)))
+    C0 = X[:10].clone()
+    data = Data(X)
+    plain = lloyd(data, C0)
+    assert plain.converged
+    assert plain.n_iter > 10  # the labels change for a while
+    Cs = [C0.numpy()]
+    for m in range(1, plain.n_iter):  # iterations after which the labels still change
+        cut = lloyd(data, C0, max_iter=m)
+        assert cut.n_iter == m
+        Cs.append(cut.C.numpy())
+    shifts = np.array([((Cs[m] - Cs[m - 1]) ** 2).sum() for m in range(1, len(Cs))])
+    assert (np.diff(shifts) > 0).any()  # not monotone: the first one below tol is not the last
+    levels = np.unique(shifts)
+    # tol between two consecutive shifts (never within rounding of one), all gaps in turn
+    tols = [float(np.sqrt(a * b)) for a, b in itertools.pairwise(levels)
+            if b > a * (1 + 1e-6)]
+    assert len(tols) >= 10
+    for tol in tols:
+        first = 1 + int(np.flatnonzero(shifts <= tol)[0])
+        run = lloyd(data, C0, tol=tol)
+        assert run.n_iter == first, tol
+        assert run.converged
+        np.testing.assert_allclose(run.C.numpy(), Cs[first], rtol=0, atol=1e-12)
 
 
 def test_hard_equals_sklearn_lloyd_with_sample_weight() -> None:

@@ -248,8 +248,32 @@ def test_power_of_two_rescaling_is_exact(seed: int, e: int) -> None:
     scaled = rk.RBFKMeans(3, random_state=0).fit(np.ldexp(X, e))
     assert np.array_equal(scaled.labels_, base.labels_)
     np.testing.assert_array_equal(scaled.cluster_centers_, np.ldexp(base.cluster_centers_, e))
-    assert scaled.inertia_ == pytest.approx(np.ldexp(base.inertia_, 2 * e), rel=1e-12)
+    assert scaled.inertia_ == pytest.approx(np.ldexp(base.inertia_, 2 * e), rel=1e-12, abs=0)
     assert not np.isnan(scaled.predict_proba(np.ldexp(X, e))).any()
+
+
+@pytest.mark.parametrize("e", [60, -60])
+def test_power_of_two_rescaling_scales_memberships_scores_and_online_inertia(e: int) -> None:
+    """``2^e X`` (float64, fitted in a frame of its own scale) against ``X`` fitted alike: the
+    memberships at temperature ``4^e T`` are those of ``X`` at ``T``, the score is ``4^e``
+    times, and an online fit's ``inertia_`` is ``J`` of its last batch at its centroids."""
+    X = _blobs(7, n=90)
+    Xs = np.ldexp(X, e)
+    base = rk.RBFKMeans(4, random_state=0).fit(X)
+    scaled = rk.RBFKMeans(4, random_state=0).fit(Xs)
+    assert scaled._fit_frame.exponent != 0
+    for T in (30.0, 100.0, 300.0):  # some rows soft at 30, all at 100 and 300
+        P = base.predict_proba(X, temperature=T)
+        assert ((P > 0) & (P < 1)).any()  # soft rows: the temperature matters
+        np.testing.assert_allclose(scaled.predict_proba(Xs, temperature=np.ldexp(T, 2 * e)), P,
+                                   rtol=0, atol=1e-12)
+    assert scaled.score(Xs) == pytest.approx(np.ldexp(base.score(X), 2 * e), rel=1e-12, abs=0)
+    online = rk.RBFKMeans(4, random_state=0).partial_fit(Xs[:45]).partial_fit(Xs[45:])
+    assert online._fit_frame.exponent != 0
+    C = online.cluster_centers_.astype(np.float64)
+    last = Xs[45:]
+    D = ((last[:, None, :] - C[None, :, :]) ** 2).sum(axis=2)  # (n, k), float64
+    assert online.inertia_ == pytest.approx(D.min(axis=1).sum(), rel=1e-12, abs=0)
 
 
 def test_float32_beyond_its_squares_fits_and_predicts() -> None:

@@ -271,8 +271,12 @@ def test_group_pass_float32_counts_soft_points_as_float32_memberships() -> None:
         got = kernels.group_pass(X, C, m, T, "entmax15", None, objective=True, split=None,
                                  hard_tol=1e-7)
         ref = _torch_sums(Data(X), C, m, T, get_assignment("entmax15"), True, None, 1e-7)
-        assert abs(float(got[3][2] - ref[3][2])) <= 0.01 * 3000  # soft weight
-        torch.testing.assert_close(got[0].double(), ref[0].double(), rtol=1e-4, atol=0.1)
+        # soft weight (unit weights: a count of rows): only a row whose memberships round
+        # across hard_tol differently in the two float32 computations may be counted apart
+        assert abs(float(got[3][2] - ref[3][2])) <= 1
+        # N (k,): each a float32 sum of 3000 float32 memberships, summed in another order on
+        # each side; they agree to about 4 float32 eps (5e-7 relative), rtol 1e-5 ~ 84 eps
+        torch.testing.assert_close(got[0].double(), ref[0].double(), rtol=1e-5, atol=0)
 
 
 @pytest.mark.parametrize("weighted", [False, True])

@@ -148,7 +148,51 @@ def test_gradgradcheck_float64(name: str, dim: int) -> None:
         z = scores(seed, (6, 5), 1.5).requires_grad_()
         if away_from_kinks(name, z.detach(), dim):
             break
+    else:  # pragma: no cover - the seeds above always contain one
+        pytest.fail("no kink-free input found")
     assert gradgradcheck(lambda x: fn(x, dim), (z,), eps=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", SPARSE)
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_double_backward_equals_entmax_package(name: str, dim: int) -> None:
+    """With ``create_graph=True`` the gradient (a differentiable graph) equals the entmax
+    package's, and differentiating it again gives the central differences of the package's
+    gradient ``z -> <J(z)^T g, v>``."""
+    ours, ref = SPARSE[name]
+
+    def ref_grad(z: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        z = z.clone().requires_grad_()
+        (b,) = torch.autograd.grad(ref(z, dim=dim), z, g)
+        return b
+
+    checked = 0
+    for seed in range(40):
+        z = scores(seed, (6, 5), 1.5)
+        if not away_from_kinks(name, z, dim):
+            continue
+        g, v = scores(100 + seed, (6, 5), 1.0), scores(200 + seed, (6, 5), 1.0)
+        zg, gg = z.clone().requires_grad_(), g.clone().requires_grad_()
+        (a,) = torch.autograd.grad(ours(zg, dim), zg, gg, create_graph=True)
+        torch.testing.assert_close(a.detach(), ref_grad(z, g), rtol=0, atol=1e-12)
+        second, by_g = torch.autograd.grad((a * v).sum(), (zg, gg), allow_unused=True)
+        # linear in g with a symmetric Jacobian: d<J^T g, v>/dg = J v
+        torch.testing.assert_close(by_g, ref_grad(z, v), rtol=0, atol=1e-12)
+        if second is None:  # sparsemax: piecewise linear, no second derivative in z
+            second = torch.zeros_like(z)
+        h = 1e-6
+        numeric = torch.zeros(z.numel(), dtype=z.dtype)
+        for i in range(z.numel()):
+            e = torch.zeros(z.numel(), dtype=z.dtype)
+            e[i] = h
+            e = e.view_as(z)
+            numeric[i] = ((ref_grad(z + e, g) - ref_grad(z - e, g)) * v).sum() / (2 * h)
+        torch.testing.assert_close(second, numeric.view_as(z), rtol=0, atol=1e-6)
+        checked += 1
+        if checked == 4:
+            break
+    else:  # pragma: no cover - the seeds above always contain four
+        pytest.fail("fewer than four kink-free inputs found")
 
 
 @pytest.mark.parametrize("name", SPARSE)
