@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from scipy.special import xlogy
 
 from rbfkmeans import assignments as A
+from rbfkmeans import kernels
 from rbfkmeans.annealing import SoftLloydStep, anneal, rebalance_duplicates, soft_lloyd
 from rbfkmeans.comm import Comm, raise_if_rejected
 from rbfkmeans.costs import swap_costs
@@ -197,6 +198,43 @@ def test_two_nearest_ties_go_to_the_lowest_indices(k: int) -> None:
     assert torch.equal(two.dist[:, 0], two.dist[:, 1])
 
 
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), copies=st.lists(st.integers(1, 3), min_size=2, max_size=40),
+       d=st.integers(1, 40), dtype=st.sampled_from([torch.float32, torch.float64]))
+def test_nearest_hands_equal_centroids_to_their_lowest_index(
+        seed: int, copies: list[int], d: int, dtype: torch.dtype) -> None:
+    """Distinct random centroids, each repeated 1-3 times in a shuffled order: every row's
+    nearest is the lowest index among the copies of its nearest distinct centroid (float64
+    distances), and its second the next copy at the same distance, or else the lowest copy of
+    the second nearest; rows whose nearest distinct centroids lie within 1e-4 of each other
+    are left out (rounding may decide those)."""
+    rng = np.random.default_rng(seed)
+    base = rng.normal(size=(len(copies), d))
+    of = rng.permutation(np.repeat(np.arange(len(copies)), copies))  # centroid j is base[of[j]]
+    C = torch.as_tensor(base[of], dtype=dtype)
+    X = torch.as_tensor(rng.normal(size=(300, d)), dtype=dtype)
+    D = ((X.double().numpy()[:, None, :] - base[None]) ** 2).sum(2)  # (n, distinct)
+    order = np.argsort(D, axis=1)
+    gaps = np.diff(np.sort(D, axis=1), axis=1)
+    lowest = np.array([np.flatnonzero(of == b)[0] for b in range(len(copies))])
+    twin = np.array([np.flatnonzero(of == b)[1] if copies[b] > 1 else -1
+                     for b in range(len(copies))])
+    got = nearest(Data(X), C, two=True)
+    clear = gaps[:, 0] > 1e-4
+    want1 = lowest[order[:, 0]]
+    np.testing.assert_array_equal(got.labels[clear, 0].numpy(), want1[clear])
+    b1 = order[:, 0]
+    has = twin[b1] >= 0
+    np.testing.assert_array_equal(got.labels[clear & has, 1].numpy(), twin[b1][clear & has])
+    assert torch.equal(got.dist[torch.from_numpy(clear & has), 0],
+                       got.dist[torch.from_numpy(clear & has), 1])
+    if gaps.shape[1] > 1:
+        other = clear & ~has & (gaps[:, 1] > 1e-4)
+        np.testing.assert_array_equal(got.labels[other, 1].numpy(), lowest[order[:, 1]][other])
+    one = nearest(Data(X), C)
+    np.testing.assert_array_equal(one.labels[clear].numpy(), want1[clear])
+
+
 def test_farthest_points_and_relocation() -> None:
     X, C, _ = problem()
     far = farthest_points(Data(X), C, 3)
@@ -268,21 +306,31 @@ def test_lloyd_stops_where_two_iterations_repeat() -> None:
     assert res.inertia == pytest.approx(float((1.0 - own).sum()), abs=1e-12)
 
 
-@pytest.mark.parametrize("bounds", [False, True])
-def test_lloyd_stops_where_rounding_decides_the_labels(bounds: bool) -> None:
+@pytest.mark.parametrize("path", ["compiled", "torch", "bounds"])
+def test_lloyd_stops_where_rounding_decides_the_labels(path: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """float32 cosine rows of nearly one direction (1e5 plus unit noise: ``1 - cos`` of order
-    1e-10, below float32's resolution of the products): the labels wandered with the rounding
-    until ``max_iter``. Once ``J`` of the labels is within ``RESOLUTION eps sum w`` of 0 the
-    run stops, converged, from ``RESOLUTION_AFTER`` iterations on; well-resolved data never
-    meets the rule (its labels and ``J`` as before)."""
+    1e-10, below float32's resolution of the products): on the torch passes the labels wander
+    with the rounding, and once ``J`` of the labels is within ``RESOLUTION eps sum w`` of 0
+    the run stops, converged, from ``RESOLUTION_AFTER`` iterations on. The compiled run on
+    these 17 features settles every tie within the products' rounding by the scores summed
+    in float64 (``nearest_in_doubt``), so its labels stop moving before the rule is needed.
+    Well-resolved data never meets the rule (its labels and ``J`` as before)."""
     from rbfkmeans import lloyd as lloyd_mod
 
     rng = np.random.default_rng(0)
     X = torch.as_tensor(1e5 + rng.normal(size=(200, 17)), dtype=torch.float32)
     data = Data(X, metric="cosine")
-    res = lloyd(data, data.X[:4].clone(), max_iter=300, bounds=bounds)
+    if path == "torch":
+        monkeypatch.setattr(kernels, "usable", lambda *args, **kwargs: False)
+    else:
+        assert kernels.usable(data.X, 4, scores=True)
+    res = lloyd(data, data.X[:4].clone(), max_iter=300, bounds=path == "bounds")
     assert res.converged
-    assert lloyd_mod.RESOLUTION_AFTER <= res.n_iter < 300
+    if path == "compiled":
+        assert res.n_iter < lloyd_mod.RESOLUTION_AFTER
+    else:
+        assert lloyd_mod.RESOLUTION_AFTER <= res.n_iter < 300
     assert res.inertia <= lloyd_mod.RESOLUTION * np.finfo(np.float32).eps * 200
     Y = torch.as_tensor(rng.normal(size=(2000, 3)) + 4.0 * rng.integers(0, 3, (2000, 1)))
     exact = lloyd(Data(Y), Y[:3].clone(), max_iter=300)

@@ -326,7 +326,7 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, floor, floor_after, 
                         N, S, count = label_sums(X, w, lab, k, nb)
                         break
         elif wide:
-            N, S, _ = hard_wide(X, C, w, False, lab, nb)
+            N, S, _ = hard_wide(X, C, w, False, lab, xs, unit, nb)
         else:
             N, S, _ = bounded(X, C, w, prev, lab, upper, lower, xs, delta, it == 1 and not warm,
                               False, moved if it == 1 and warm else none, nb)
@@ -394,7 +394,7 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, floor, floor_after, 
             np.empty(0), lower_g, xs
     no_groups = np.empty((0, 0), dtype=np.float32)
     if wide:  # the labels and J at C: the pass of rbfkmeans.kernels.hard_pass
-        J = hard_wide(X, C, w, not spherical, lab, nb)[2]
+        J = hard_wide(X, C, w, not spherical, lab, xs, unit, nb)[2]
         if spherical:
             J = _labelled_J(X, C, w, lab, nb, True)
         return C, lab, J, iters, status, np.empty(0), np.empty(0), no_groups, np.empty(0)

@@ -20,7 +20,16 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from ._row_loops import _argmax, _assign_row, _centroid_terms, _row_scores, sq_norm, sum_blocks
+from ._row_loops import (
+    _argmax,
+    _assign_row,
+    _centroid_terms,
+    _row_scores,
+    centroid_norms,
+    nearest_in_doubt,
+    sq_norm,
+    sum_blocks,
+)
 
 __all__ = ["WIDE_ROWS", "group", "hard", "hard_wide"]
 
@@ -57,39 +66,91 @@ WIDE_ROWS = 256
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def hard_wide(X, C, w, objective, labels, nb):
-    """:func:`hard` for wide data: each block's scores ``||c_j||^2 - 2 x_i.c_j`` from matrix
-    products of ``WIDE_ROWS`` rows at a time (BLAS, in ``X``'s dtype; the caller runs the BLAS
-    on one thread), then the same argmin and sums."""
+def hard_wide(X, C, w, objective, labels, xs, unit, nb):
+    r""":func:`hard` for wide data: each block's scores ``g_ij = ||c_j||^2 - 2 x_i.c_j`` from
+    the matrix product ``C X_b^T`` (k, m) of ``m = WIDE_ROWS`` rows at a time (BLAS, in ``X``'s
+    dtype; the caller runs the BLAS on one thread), the nearest centroids of the ``m`` rows
+    found at once: centroid by centroid, each row's smallest and second smallest score kept in
+    ``X``'s dtype (replaced where a score is strictly smaller: ties to the lowest index), a
+    loop over the rows that the compiler vectorises where a row's own argmin is a chain of
+    dependent compares. A row whose second score lies within
+
+    .. math::  \delta_i = 4 \left( E_i + \epsilon \left(c^2 + 2 \lVert x_i \rVert c\right)
+               \right), \qquad E_i = (2d + 4)\, \epsilon\, \lVert x_i \rVert c, \qquad
+               c = \max_j \lVert c_j \rVert
+
+    of its smallest (``epsilon = unit``, the dtype's unit roundoff; ``E_i`` bounds the
+    product's rounding, the second term the score's own) takes its label from
+    :func:`rbfkmeans._row_loops.nearest_in_doubt`, so the label does not depend on how BLAS
+    shaped the product: the bounded passes of :mod:`rbfkmeans._wide_loops` give the same.
+    Then the sums, in row order, and with ``objective`` ``J`` from the float64 score of each
+    row's label and its ``||x_i||^2`` (:func:`sq_norm`). ``xs`` (n,): the rows' squared norms
+    for ``delta_i`` when ``objective`` is off (in any float dtype, widened by their rounding;
+    empty: each row's computed here)."""
     n, d = X.shape
     k = C.shape[0]
     has_w = w.shape[0] > 0
-    CT = np.ascontiguousarray(C.T)  # (d, k) in X's dtype
-    csq = np.zeros(k)
-    for j in range(k):
-        for t in range(d):
-            csq[j] += np.float64(C[j, t]) * np.float64(C[j, t])
+    norms = objective or xs.shape[0] == 0  # each row's ||x_i||^2 from sq_norm
+    widen = 1.0 + 4.0 * (d + 2.0) * 2.0**-24  # a float32 or float64 sum's rounding, at most
+    Cc = np.ascontiguousarray(C)  # (k, d) in X's dtype
+    csq, cmax = centroid_norms(C)
+    csx = csq.astype(X.dtype)  # the scores in X's dtype
+    kappa = (2.0 * d + 4.0) * unit * cmax  # E_i = kappa ||x_i||
     block = (n + nb - 1) // nb
     N = np.zeros((nb, k))
     S = np.zeros((nb, k, d))
     J = np.zeros(nb)
+    LEAST = np.empty((nb, WIDE_ROWS), dtype=X.dtype)  # each block's smallest scores
+    SECOND = np.empty((nb, WIDE_ROWS), dtype=X.dtype)  # and second smallest, of its m rows
+    ARG = np.empty((nb, WIDE_ROWS), dtype=np.int32)  # the centroids of the smallest
     G = np.empty((nb, k))
     V = np.empty((nb, d))
     for b in prange(nb):
-        g = G[b]
         Nb = N[b]
         Sb = S[b]
+        least = LEAST[b]
+        second = SECOND[b]
+        arg = ARG[b]
+        v = V[b]
         end = min(n, (b + 1) * block)
         for s0 in range(b * block, end, WIDE_ROWS):
             s1 = min(end, s0 + WIDE_ROWS)
-            P = np.dot(X[s0:s1], CT)  # (rows, k); allocated here, as fast as a scratch array
-            for r in range(s1 - s0):
+            m = s1 - s0
+            PT = np.dot(Cc, X[s0:s1].T)  # (k, m); allocated here, as fast as a scratch array
+            for r in range(m):
+                least[r] = csx[0] - (PT[0, r] + PT[0, r])
+                second[r] = np.inf
+                arg[r] = 0
+            for j in range(1, k):
+                cj = csx[j]
+                for r in range(m):
+                    g = cj - (PT[j, r] + PT[j, r])
+                    second[r] = min(second[r], max(g, least[r]))
+                    if g < least[r]:
+                        least[r] = g
+                        arg[r] = j
+            for r in range(m):
                 i = s0 + r
-                for j in range(k):
-                    g[j] = csq[j] - 2.0 * np.float64(P[r, j])
-                Ji = _assign_row(X, i, g, w, has_w, labels, Nb, Sb, V[b])
+                # ||x_i||^2 (v: the row in float64), or the caller's, widened
+                xsi = sq_norm(X, i, v) if norms else np.float64(xs[i]) * widen
+                xn = math.sqrt(xsi)
+                a = np.int64(arg[r])
+                doubt = 4.0 * (kappa * xn + unit * cmax * (cmax + 2.0 * xn))
+                if np.float64(second[r]) - np.float64(least[r]) <= doubt:
+                    g = G[b]
+                    for j in range(k):
+                        g[j] = csq[j] - 2.0 * np.float64(PT[j, r])
+                    if not norms:
+                        for t in range(d):
+                            v[t] = np.float64(X[i, t])
+                    a = nearest_in_doubt(Cc, csq, v, g, g[a], doubt)
+                labels[i] = a
+                wi = np.float64(w[i]) if has_w else 1.0
+                Nb[a] += wi
+                for t in range(d):
+                    Sb[a, t] += wi * np.float64(X[i, t])
                 if objective:
-                    J[b] += Ji
+                    J[b] += wi * max(csq[a] - 2.0 * np.float64(PT[a, r]) + xsi, 0.0)
     return sum_blocks(N), sum_blocks(S.reshape(nb, k * d)).reshape(k, d), \
         sum_blocks(J.reshape(nb, 1))[0]
 

@@ -8,11 +8,13 @@ The loops of :mod:`rbfkmeans._loops`, :mod:`rbfkmeans._swap_loops`,
 this module; it needs numba.
 """
 
+import math
+
 import numpy as np
 from numba import njit
 
-__all__ = ["ARGMIN_LANES", "SUM_ENTRIES", "dot_chains", "sq_dist", "sq_norm", "sum_block_count",
-           "sum_blocks"]
+__all__ = ["ARGMIN_LANES", "SUM_ENTRIES", "centroid_norms", "dot_chains", "nearest_in_doubt",
+           "sq_dist", "sq_norm", "sum_block_count", "sum_blocks"]
 
 
 @njit(cache=True, nogil=True)
@@ -141,6 +143,46 @@ def dot_chains(u, v, d):
         s0 += u[t] * v[t]
         t += 1
     return (s0 + s1) + (s2 + s3)
+
+
+@njit(cache=True, nogil=True)
+def centroid_norms(C):
+    """``||c_j||^2`` (k,) in float64, each summed in feature order, and ``max_j ||c_j||``."""
+    k, d = C.shape
+    csq = np.zeros(k)
+    cmax = 0.0
+    for j in range(k):
+        for q in range(d):
+            csq[j] += np.float64(C[j, q]) * np.float64(C[j, q])
+        cmax = max(cmax, csq[j])
+    return csq, math.sqrt(cmax)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def nearest_in_doubt(C, csq, v, g, best, margin):
+    r"""The nearest centroid of a row whose BLAS scores ``g`` (k,) put another centroid within
+    ``margin`` of the smallest, ``best``: among the centroids ``j`` with ``g_j <= best +
+    margin``, the one of least
+
+    .. math::  s_j = \lVert c_j \rVert^2 - 2\, x \cdot c_j,
+
+    the product summed in float64 by :func:`dot_chains` (``v``: the row in float64), ties to
+    the lowest index. A BLAS product's rounding depends on the shape of the call and on the
+    machine's kernels (a row scored in a block of 256 and the same row gathered with 3 others
+    can round differently, and two equal centroids can get different scores); ``s_j`` does not.
+    With ``margin`` at least twice the largest difference between the two kinds of scores, the
+    centroid of least ``s_j`` over all ``k`` is always among the candidates, so the label is
+    that centroid whatever the BLAS call was: the wide passes agree row for row."""
+    d = v.shape[0]
+    arg = -1
+    least = np.inf
+    for j in range(g.shape[0]):
+        if g[j] <= best + margin:
+            s = csq[j] - 2.0 * dot_chains(v, C[j], d)
+            if s < least:
+                least = s
+                arg = j
+    return arg
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -18,8 +18,13 @@ after ``u_i`` is tightened to the row's exact distance (``E_i`` bounds the round
 computed from a matrix product in the data's dtype, ``epsilon`` its unit roundoff; every bound
 is also widened by a relative :data:`RHO`). The rows that fail are gathered, ``WIDE_ROWS`` at a
 time, into one matrix product with all centroids (BLAS), and take the label and bounds of their
-scores: a skipped row provably has the smallest computed score at ``c_a``, so every label is the
-one a full pass (:func:`rbfkmeans._loops.hard_wide`) gives. The caller keeps the sums ``N``,
+scores: a skipped row provably has the smallest score at ``c_a`` by a margin above any rounding.
+A scored row whose second smallest score is within rounding of its smallest takes its label
+from :func:`rbfkmeans._row_loops.nearest_in_doubt` (the product summed in float64 in a fixed
+order, among the centroids in doubt), as the full pass :func:`rbfkmeans._loops.hard_wide`
+does: BLAS rounds a row's products differently when it is gathered with other rows than in a
+full block, so a tie within rounding (equal centroids, a row on a boundary) could otherwise
+part the two passes. Every label is the one a full pass gives. The caller keeps the sums ``N``,
 ``S`` and updates them by the rows whose label changed. Lower bounds are stored in float32
 (rounded down) to keep ``n t`` of them in memory.
 
@@ -32,7 +37,14 @@ import numpy as np
 from numba import njit, prange
 
 from ._loops import WIDE_ROWS
-from ._row_loops import _argmin, sq_dist, sum_block_count, sum_blocks
+from ._row_loops import (
+    _argmin,
+    centroid_norms,
+    nearest_in_doubt,
+    sq_dist,
+    sum_block_count,
+    sum_blocks,
+)
 
 __all__ = ["RHO", "bounded_wide", "fold_moved", "label_sums", "move_rows"]
 
@@ -76,19 +88,6 @@ def _group_lows(scores, a, members, starts, lows):
         lows[g] = low
 
 
-@njit(cache=True, nogil=True)
-def _centroid_norms(C):
-    """``||c_j||^2`` (k,) in float64, each summed in feature order, and ``max_j ||c_j||``."""
-    k, d = C.shape
-    csq = np.zeros(k)
-    cmax = 0.0
-    for j in range(k):
-        for q in range(d):
-            csq[j] += np.float64(C[j, q]) * np.float64(C[j, q])
-        cmax = max(cmax, csq[j])
-    return csq, math.sqrt(cmax)
-
-
 @njit(parallel=True, cache=True, nogil=True)
 def bounded_wide(X, C, old, new, upper, lower, xs, delta, group_of, t, unit, first, nb):
     """One hard pass of the rows of ``X`` (n, d) against ``C`` (k, d) (module docstring) into
@@ -100,7 +99,7 @@ def bounded_wide(X, C, old, new, upper, lower, xs, delta, group_of, t, unit, fir
     n, d = X.shape
     k = C.shape[0]
     CT = np.ascontiguousarray(C.T)  # (d, k) in X's dtype, for the products
-    csq, cmax = _centroid_norms(C)
+    csq, cmax = centroid_norms(C)
     kappa = (2.0 * d + 4.0) * unit  # E_i = kappa ||x_i|| max_j ||c_j||
     shift = np.zeros(t)  # the most any centroid of each group moved
     for j in range(k):
@@ -158,6 +157,16 @@ def bounded_wide(X, C, old, new, upper, lower, xs, delta, group_of, t, unit, fir
                     scores[j] = csq[j] - 2.0 * np.float64(P[r, j])
                 best, a = _argmin(scores)
                 _group_lows(scores, a, members, starts, lows)
+                xn = math.sqrt(xs[i])  # a tie within rounding, settled as hard_wide does
+                doubt = 4.0 * (E + unit * cmax * (cmax + 2.0 * xn))
+                if lows.min() - best <= doubt:
+                    for q in range(d):
+                        v[q] = np.float64(X[i, q])
+                    c = nearest_in_doubt(C, csq, v, scores, best, doubt)
+                    if c != a:
+                        a = c
+                        best = scores[a]
+                        _group_lows(scores, a, members, starts, lows)
                 new[i] = a
                 upper[i] = math.sqrt(max(best + xs[i] + E, 0.0)) * (1.0 + RHO)
                 for g in range(t):
@@ -178,7 +187,7 @@ def fold_moved(X, C, moved, group_of, lower, xs, unit, nb):
     m = moved.shape[0]
     if m == 0:
         return
-    c_sq, cmax = _centroid_norms(C)
+    c_sq, cmax = centroid_norms(C)
     kappa = (2.0 * d + 4.0) * unit
     CmT = np.empty((d, m), dtype=X.dtype)
     csq = np.empty(m)

@@ -263,21 +263,25 @@ def weights_array(w: Tensor | None, X: Tensor) -> np.ndarray:
 
 
 def hard_pass(X: Tensor, C: Tensor, w: Tensor | None, *, labels: Tensor | None,
-              objective: bool) -> tuple[Tensor, Tensor, Tensor]:
+              objective: bool, x_sq: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """One hard assignment of the rows of ``X`` (n, d) to ``C`` (k, d) (module docstring).
 
     Writes the nearest centroid of each row into ``labels`` (an (n,) int64 CPU tensor) when
     given, and returns ``N`` (k,) and ``S`` (k, d) in ``X``'s dtype and ``J`` as a float64 0-d
     tensor (0 unless ``objective``). Beyond ``MAX_DIM`` features the scores come from BLAS
-    products of a few hundred rows inside the kernel. Call only where :func:`usable` holds
-    (with ``scores=True`` for wide data)."""
+    products of a few hundred rows inside the kernel; ``x_sq`` (n,), the rows' squared norms
+    where the caller has them (:attr:`rbfkmeans.passes.Data.X_sq`), spares the wide kernel
+    computing them for its rounding margin when ``objective`` is off. Call only where
+    :func:`usable` holds (with ``scores=True`` for wide data)."""
     Xn = as_array(X)
     out = labels.numpy() if labels is not None else np.empty(Xn.shape[0], dtype=np.int64)
     wide = Xn.shape[1] > MAX_DIM
     with launch(blas=wide):
-        N, S, J = (_loops.hard_wide if wide else _loops.hard)(
-            Xn, as_array(C.to(X.dtype)), weights_array(w, X), bool(objective), out,
-            blocks(Xn.shape[0], int(C.shape[0]) * Xn.shape[1]))
+        args = (Xn, as_array(C.to(X.dtype)), weights_array(w, X), bool(objective), out)
+        nb = blocks(Xn.shape[0], int(C.shape[0]) * Xn.shape[1])
+        xs = _NO_WEIGHTS[X.dtype] if x_sq is None else as_array(x_sq.to(X.dtype))
+        N, S, J = _loops.hard_wide(*args, xs, torch.finfo(X.dtype).eps / 2, nb) if wide \
+            else _loops.hard(*args, nb)
     dt = X.dtype
     return (torch.from_numpy(N).to(dt), torch.from_numpy(S).to(dt),
             torch.tensor(J, dtype=torch.float64))
