@@ -37,6 +37,7 @@ import math
 import torch
 from torch import Tensor
 
+from .copies import Copies, centroid_copies, least_two
 from .distances import cross_term, row_dots, row_min, row_norms_sq
 from .passes import Data
 from .stats import Stats
@@ -56,16 +57,21 @@ def _in_doubt(z: Tensor, u: Tensor, e: Tensor) -> Tensor:
     return ((z <= u) | ((z - u) * (z + u) <= 2.0 * e)).nonzero().squeeze(1)
 
 
-def _two_nearest(data: Data, rows: Tensor | slice, C: Tensor, C_sq: Tensor
-                 ) -> tuple[Tensor, Tensor, Tensor]:
+def _two_nearest(data: Data, rows: Tensor | slice, C: Tensor, C_sq: Tensor,
+                 copies: Copies | None) -> tuple[Tensor, Tensor, Tensor]:
     """Squared distances to the nearest and second-nearest centroid (float64) and the nearest
-    index, for the rows ``rows`` (computed exactly as the hard pass computes its labels)."""
-    G = cross_term(data.X[rows], C, C_sq)  # (b, k)
-    g1, lab = row_min(G)
-    if C.shape[0] > 1:
-        g2 = G.scatter_(1, lab.unsqueeze(1), math.inf).amin(dim=1)
-    else:
-        g2 = torch.full_like(g1, math.inf)
+    index, for the rows ``rows`` (computed exactly as the hard pass computes its labels: equal
+    centroids, ``copies`` of :func:`rbfkmeans.copies.centroid_copies`, as one, the lowest index
+    first and its copy second, at a tie)."""
+    if copies is not None:
+        C, C_sq = C[copies.index], C_sq[copies.index]
+    G = cross_term(data.X[rows], C, C_sq)  # (b, k')
+    if copies is not None:
+        g1, lab, g2, _ = least_two(G, copies)
+    else:  # the second's value only: one value reduction
+        g1, lab = row_min(G)
+        g2 = G.scatter_(1, lab.unsqueeze(1), math.inf).amin(dim=1) if C.shape[0] > 1 \
+            else torch.full_like(g1, math.inf)
     X_sq = data.X_sq[rows]
     return (g1 + X_sq).double(), (g2 + X_sq).double(), lab
 
@@ -151,8 +157,9 @@ class BoundedAssignment:
         self.labels = torch.empty(n, dtype=torch.long, device=data.X.device)
         self._u = torch.empty(n, dtype=torch.float64, device=data.X.device)
         self._l = torch.empty_like(self._u)
+        copies = centroid_copies(C, C_sq)
         for s in data.chunks(C.shape[0]):
-            D1, D2, lab = _two_nearest(data, s, C, C_sq)
+            D1, D2, lab = _two_nearest(data, s, C, C_sq, copies)
             self.labels[s] = lab
             self._u[s], self._l[s] = self._bounds(D1, D2, self._e_x[s] + e_c)
         self.n_full += n
@@ -169,9 +176,10 @@ class BoundedAssignment:
     def _rescore(self, rows: Tensor, C: Tensor, C_sq: Tensor, e: Tensor) -> None:
         """All ``k`` distances of the points ``rows``: their labels and both bounds reset."""
         step = self.data.rows(C.shape[0])
+        copies = centroid_copies(C, C_sq) if rows.numel() else None
         for start in range(0, int(rows.numel()), step):
             r = rows[start : start + step]
-            D1, D2, lab = _two_nearest(self.data, r, C, C_sq)
+            D1, D2, lab = _two_nearest(self.data, r, C, C_sq, copies)
             self.labels[r] = lab
             self._u[r], self._l[r] = self._bounds(D1, D2, e[r])
         self.n_full += int(rows.numel())

@@ -38,7 +38,8 @@ from ._validation import (
     largest_magnitude,
 )
 from .comm import Comm
-from .distances import chunk_rows, cross_term, iter_chunks, row_min, row_norms_sq
+from .copies import centroid_copies, least, least_two
+from .distances import chunk_rows, cross_term, iter_chunks, row_norms_sq
 from .metrics import Metric, get_metric, unit_rows
 from .sparse import SparseRows
 
@@ -277,72 +278,35 @@ class Nearest:
     labels: Tensor
 
 
-def _first_copies(C: Tensor, C_sq: Tensor) -> Tensor | None:
-    """The index of the first centroid equal to each centroid of ``C`` (k, d), all entries
-    equal (k,); ``None`` when no two are equal. Equal rows have equal norms ``C_sq`` (k,),
-    each summed by the same loop, so only rows of a shared norm are compared, by value."""
-    _, inverse, counts = torch.unique(C_sq, return_inverse=True, return_counts=True)
-    shared = (counts[inverse] > 1).nonzero().squeeze(1)  # candidates, in index order
-    if shared.numel() == 0:
-        return None
-    _, group = torch.unique(C[shared], dim=0, return_inverse=True)
-    if group.unique().numel() == shared.numel():  # equal norms, different rows
-        return None
-    lowest = torch.full((shared.numel(),), C.shape[0], dtype=torch.long, device=C.device)
-    lowest.scatter_reduce_(0, group, shared, reduce="amin")
-    first = torch.arange(C.shape[0], device=C.device)
-    first[shared] = lowest[group]
-    return first
-
-
 @torch.no_grad()
 def nearest(data: Data, C: Tensor, *, two: bool = False) -> Nearest:
     """The nearest centroid of each local point (or its two nearest, ``two=True``), with the
     squared distances ``d_ij = ||x_i||^2 + (||c_j||^2 - 2 x_i.c_j)``, clamped at 0; one chunked
     pass, nothing larger than a chunk of distances. Needs ``k >= 2`` for ``two``.
 
-    Equal centroids are one centroid to the pass (:func:`_first_copies`): a point takes the
+    Equal centroids are one centroid to the pass (:mod:`rbfkmeans.copies`): a point takes the
     lowest index of its nearest, and with ``two`` the next copy of it at the same distance
-    where there is one. A matrix product can round the scores of equal centroids differently
-    (MKL's on AVX-512 does), which would otherwise hand such ties to any copy."""
+    where there is one."""
     C = check_data(data).check_centroids(C)
     k = C.shape[0]
     if check_bool(two, "two") and k < 2:
         raise ValueError(f"two nearest centroids need k >= 2; got C of shape {tuple(C.shape)}")
     C_sq = row_norms_sq(C)
-    first = _first_copies(C, C_sq)
-    index = copy = None  # with copies: the distinct centroids' indices, and each one's next copy
-    if first is not None:
-        own = first == torch.arange(k, device=C.device)
-        index = own.nonzero().squeeze(1)  # (k',) ascending
-        copies = (~own).nonzero().squeeze(1)
-        copy = torch.full((k,), k, dtype=torch.long, device=C.device)
-        copy.scatter_reduce_(0, first[copies], copies, reduce="amin")  # k: no copy
-        C, C_sq = C[index], C_sq[index]
+    copies = centroid_copies(C, C_sq)
+    if copies is not None:
+        C, C_sq = C[copies.index], C_sq[copies.index]
     shape = (data.n, 2) if two else (data.n,)
     dist = torch.empty(shape, dtype=data.X.dtype, device=data.X.device)
     labels = torch.empty(shape, dtype=torch.long, device=data.X.device)
     X_sq = data.X_sq
     for s in data.chunks(k):
         G = cross_term(data.X[s], C, C_sq)  # (b, k')
-        if not two:
-            g, lab = row_min(G, overwrite=True)  # (b,)
+        if two:
+            g1, lab1, g2, lab2 = least_two(G, copies)
+            g, lab = torch.stack((g1, g2), dim=1), torch.stack((lab1, lab2), dim=1)
+            dist[s] = g.add_(X_sq[s].unsqueeze(1)).clamp_(min=0.0)
+        else:
+            g, lab = least(G, copies, overwrite=True)  # (b,)
             dist[s] = g.add_(X_sq[s]).clamp_(min=0.0)
-            labels[s] = lab if index is None else index[lab]
-            continue
-        g1, lab1 = row_min(G)  # the least, then the least of the others (two reductions beat
-        if G.shape[1] > 1:  # topk's sort)
-            g2, lab2 = row_min(G.scatter_(1, lab1.unsqueeze(1), math.inf), overwrite=True)
-        else:  # one distinct centroid: every row's second is its copy
-            g2, lab2 = g1.clone(), lab1.clone()
-        if index is not None:
-            assert copy is not None
-            lab1, lab2 = index[lab1], index[lab2]
-            twin = copy[lab1]
-            has = twin < k  # the nearest has a copy: the second, at the same distance
-            lab2 = torch.where(has, twin, lab2)
-            g2 = torch.where(has, g1, g2)
-        g, lab = torch.stack((g1, g2), dim=1), torch.stack((lab1, lab2), dim=1)
-        dist[s] = g.add_(X_sq[s].unsqueeze(1)).clamp_(min=0.0)
         labels[s] = lab
     return Nearest(dist, labels)

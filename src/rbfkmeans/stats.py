@@ -33,7 +33,8 @@ from torch import Tensor
 from . import kernels
 from ._validation import check_bool, check_real, check_temperature
 from .assignments import Assignment, get_assignment
-from .distances import cross_term, row_min, row_norms_sq
+from .copies import centroid_copies, least
+from .distances import cross_term, row_norms_sq
 from .errors import NonFiniteError
 from .passes import Data, check_data
 
@@ -197,13 +198,16 @@ def cluster_stats(
         obj, inertia, n_soft = acc.to(dev)  # F_T, J, the soft rows' weight (float64)
     # weighted rows are copied (Xw): then chunks of max(k, d) entries a row
     width = k if data.w is None else max(k, data.d)
+    copies = centroid_copies(C, C_sq) if hard and not fused else None
+    C_hard, C_hard_sq = (C, C_sq) if copies is None else (C[copies.index], C_sq[copies.index])
     for s in () if fused or fused_soft else data.chunks(width):
         Xc = data.X[s]  # (b, d)
         w = data.weight(s)  # (b,)
         Xw = Xc if w is None else Xc * w.unsqueeze(1)  # (b, d)
         if hard:
-            # (b,), (b,): the minimum of ||c||^2 - 2 x.c and its index
-            gmin, lab = row_min(cross_term(Xc, C, C_sq), overwrite=True)
+            # (b,), (b,): the minimum of ||c||^2 - 2 x.c over the distinct centroids, and its
+            # index (the lowest of equal centroids: rbfkmeans.copies)
+            gmin, lab = least(cross_term(Xc, C_hard, C_hard_sq), copies, overwrite=True)
             if w is None:
                 N += torch.bincount(lab, minlength=k).to(dt)
             else:
