@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -214,9 +213,11 @@ def pass_times(X: np.ndarray, k: int, repeat: int) -> dict[str, float]:
 def run(names: list[str], quick: bool, repeat: int, cosine: bool, seed: int,
         bkmeans_limit: float, geometries: tuple[str, ...] | None = None,
         only_methods: list[str] | None = None) -> dict[str, Any]:
+    from machine import describe  # benchmarks/machine.py, beside this script
+
     results: dict[str, Any] = {"threads": THREADS, "seed": seed, "quick": quick,
-                               "machine": platform.processor() or platform.machine(),
-                               "torch": torch.__version__, "workloads": {}}
+                               "machine": describe(), "torch": torch.__version__,
+                               "workloads": {}}
     for name in names:
         X, k = workload(name, quick)
         entry: dict[str, Any] = {"n": int(X.shape[0]), "d": int(X.shape[1]), "k": k}
@@ -469,9 +470,10 @@ def main() -> None:
             with threadpool_limits(THREADS):
                 passes = pass_times(X, k, args.repeat)
             results["workloads"][name]["passes"] = passes
+            from machine import describe
+
             results.setdefault("reruns", []).append(
-                {"workload": name, "methods": ["passes"],
-                 "machine": platform.processor() or platform.machine(),
+                {"workload": name, "methods": ["passes"], "machine": describe(),
                  "torch": torch.__version__})
             print(f"{name} passes / product:", {m: round(t / passes["product"], 2)
                                                 for m, t in passes.items()}, flush=True)

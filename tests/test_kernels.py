@@ -1071,9 +1071,13 @@ def test_the_wide_hard_pass_labels_rows_in_doubt_by_their_exact_nearest_centroid
     _, _, J = kernels.hard_pass(X, C, None, labels=labels, objective=True)
     np.testing.assert_array_equal(labels.numpy(), want)
     given_norms = torch.empty_like(labels)  # the rows' norms from the caller, in float32
-    kernels.hard_pass(X, C, None, labels=given_norms, objective=False, x_sq=(X * X).sum(1))
-    np.testing.assert_array_equal(given_norms.numpy(), want)
+    for objective in (False, True):
+        _, _, J_given = kernels.hard_pass(X, C, None, labels=given_norms, objective=objective,
+                                          x_sq=(X * X).sum(1))
+        np.testing.assert_array_equal(given_norms.numpy(), want)
+    assert float(J_given) == float(J)  # J takes each row's own norm either way
     exact_J = float(exact.min(axis=1).sum() + (Xn * Xn).sum())
     bound = 4 * (2 * d + 4) * 2.0**-24 * float(
         np.sqrt((Xn.astype(np.float64) ** 2).sum(1)).sum() * np.sqrt((Cn**2).sum(1).max()))
     assert float(J) == pytest.approx(exact_J, rel=0, abs=bound)
+

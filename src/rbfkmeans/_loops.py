@@ -21,6 +21,7 @@ import numpy as np
 from numba import njit, prange
 
 from ._row_loops import (
+    _add_row,
     _argmax,
     _assign_row,
     _centroid_terms,
@@ -84,13 +85,13 @@ def hard_wide(X, C, w, objective, labels, xs, unit, nb):
     :func:`rbfkmeans._row_loops.nearest_in_doubt`, so the label does not depend on how BLAS
     shaped the product: the bounded passes of :mod:`rbfkmeans._wide_loops` give the same.
     Then the sums, in row order, and with ``objective`` ``J`` from the float64 score of each
-    row's label and its ``||x_i||^2`` (:func:`sq_norm`). ``xs`` (n,): the rows' squared norms
-    for ``delta_i`` when ``objective`` is off (in any float dtype, widened by their rounding;
-    empty: each row's computed here)."""
+    row's label and its ``||x_i||^2`` (summed as :func:`sq_norm` sums). ``xs`` (n,): the rows'
+    squared norms for ``delta_i`` (in any float dtype, widened by their rounding; empty: each
+    row's computed here before its label; ``J`` always takes the row's own)."""
     n, d = X.shape
     k = C.shape[0]
     has_w = w.shape[0] > 0
-    norms = objective or xs.shape[0] == 0  # each row's ||x_i||^2 from sq_norm
+    norms = xs.shape[0] == 0  # each row's ||x_i||^2 from sq_norm, before its label
     widen = 1.0 + 4.0 * (d + 2.0) * 2.0**-24  # a float32 or float64 sum's rounding, at most
     Cc = np.ascontiguousarray(C)  # (k, d) in X's dtype
     csq, cmax = centroid_norms(C)
@@ -131,7 +132,8 @@ def hard_wide(X, C, w, objective, labels, xs, unit, nb):
                         arg[r] = j
             for r in range(m):
                 i = s0 + r
-                # ||x_i||^2 (v: the row in float64), or the caller's, widened
+                # ||x_i||^2 for the margin: the caller's, widened, or the row's own (sq_norm;
+                # v: the row in float64)
                 xsi = sq_norm(X, i, v) if norms else np.float64(xs[i]) * widen
                 xn = math.sqrt(xsi)
                 a = np.int64(arg[r])
@@ -146,9 +148,16 @@ def hard_wide(X, C, w, objective, labels, xs, unit, nb):
                     a = nearest_in_doubt(Cc, csq, v, g, g[a], doubt)
                 labels[i] = a
                 wi = np.float64(w[i]) if has_w else 1.0
-                Nb[a] += wi
-                for t in range(d):
-                    Sb[a, t] += wi * np.float64(X[i, t])
+                if norms:  # the row is in v already
+                    Nb[a] += wi
+                    for t in range(d):
+                        Sb[a, t] += wi * v[t]
+                elif objective:  # the sums and the row's own ||x_i||^2 in one sweep
+                    xsi = _add_row(X, i, wi, Nb, Sb, a, v)
+                else:
+                    Nb[a] += wi
+                    for t in range(d):
+                        Sb[a, t] += wi * np.float64(X[i, t])
                 if objective:
                     J[b] += wi * max(csq[a] - 2.0 * np.float64(PT[a, r]) + xsi, 0.0)
     return sum_blocks(N), sum_blocks(S.reshape(nb, k * d)).reshape(k, d), \

@@ -271,8 +271,9 @@ def hard_pass(X: Tensor, C: Tensor, w: Tensor | None, *, labels: Tensor | None,
     tensor (0 unless ``objective``). Beyond ``MAX_DIM`` features the scores come from BLAS
     products of a few hundred rows inside the kernel; ``x_sq`` (n,), the rows' squared norms
     where the caller has them (:attr:`rbfkmeans.passes.Data.X_sq`), spares the wide kernel
-    computing them for its rounding margin when ``objective`` is off. Call only where
-    :func:`usable` holds (with ``scores=True`` for wide data)."""
+    computing them for its rounding margin before each row's label (``J`` takes each row's
+    own, summed with its share of the sums). Call only where :func:`usable` holds (with
+    ``scores=True`` for wide data)."""
     Xn = as_array(X)
     out = labels.numpy() if labels is not None else np.empty(Xn.shape[0], dtype=np.int64)
     wide = Xn.shape[1] > MAX_DIM

@@ -190,7 +190,7 @@ def cluster_stats(
     X_sq = data.X_sq if objective and not (fused or fused_soft) else None  # (kernels: in them)
     if fused:
         N, S, inertia = kernels.hard_pass(data.X, C, data.w, labels=labels, objective=objective,
-                                          x_sq=None if objective else data.X_sq)
+                                          x_sq=data.X_sq)
     elif fused_soft:  # every group a single centroid: the mapping of the scores themselves
         N, S, _, acc, _ = kernels.group_pass(
             data.X, C, torch.ones(k, dtype=torch.long), T, entry.name, data.w,
