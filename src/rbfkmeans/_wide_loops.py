@@ -152,12 +152,13 @@ def bounded_wide(X, C, old, new, upper, lower, xs, delta, group_of, t, unit, fir
             P = np.dot(buf[: s1 - s0], CT)  # (rows, k) BLAS, in X's dtype
             for r in range(s1 - s0):
                 i = todo[s0 + r]
-                E = kappa * math.sqrt(xs[i]) * cmax
+                xn = math.sqrt(xs[i])
+                E = kappa * xn * cmax
                 for j in range(k):
                     scores[j] = csq[j] - 2.0 * np.float64(P[r, j])
                 best, a = _argmin(scores)
                 _group_lows(scores, a, members, starts, lows)
-                xn = math.sqrt(xs[i])  # a tie within rounding, settled as hard_wide does
+                # a tie within rounding, settled as hard_wide settles it
                 doubt = 4.0 * (E + unit * cmax * (cmax + 2.0 * xn))
                 if lows.min() - best <= doubt:
                     for q in range(d):
