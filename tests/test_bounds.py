@@ -268,15 +268,22 @@ def test_default_uses_bounds_on_large_problems_only(monkeypatch: pytest.MonkeyPa
 def test_wide_data_with_many_centroids_per_feature_takes_the_bounded_passes(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """On wide data (more than ``kernels.MAX_DIM`` features) with ``k >= BOUNDS_OVER_KERNEL d``
-    the default Lloyd run takes the bounded torch passes even where the compiled run could
-    take it, and ends where the compiled run ends (same labels, same ``J`` up to rounding);
-    with fewer centroids per feature the compiled run keeps it."""
+    and more group bounds than a compiled run keeps (``kernels.KEPT_LOWER_BOUNDS``, made small
+    here) the default Lloyd run takes the bounded torch passes even where the compiled run
+    could take it, and ends where the compiled run ends (same labels, same ``J`` up to
+    rounding); within the cap, or with fewer centroids per feature, the compiled run keeps it."""
     calls = _spy_bounded(monkeypatch)
     d = kernels.MAX_DIM + 1
     k = BOUNDS_OVER_KERNEL * d
     X = _blobs(3, 2 * BOUNDS_MIN_ENTRIES // k + 1, d, 40, torch.float32)
     data = Data(X)
     C0 = X[:k].clone()
+    groups = X.shape[0] * kernels.bound_groups(X.shape[0], k)
+    assert groups <= kernels.KEPT_LOWER_BOUNDS  # within the cap: the compiled run
+    assert not bounds_pay(data, k)
+    lloyd(data, C0, max_iter=3, tol=0.0)
+    assert calls == []
+    monkeypatch.setattr(kernels, "KEPT_LOWER_BOUNDS", groups - 1)
     res = lloyd(data, C0, max_iter=6, tol=0.0)
     assert calls == [k] * (res.n_iter + 1)
     assert bounds_pay(data, k)

@@ -600,8 +600,11 @@ def _wide_lloyd(X: np.ndarray, C0: np.ndarray, w: np.ndarray, grouped: bool,
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 3000), d=st.integers(17, 80),
-       k=st.integers(1, 60), weighted=st.booleans(), single=st.booleans(),
+       k=st.integers(1, 100), weighted=st.booleans(), single=st.booleans(),
        spread=st.sampled_from([0.3, 3.0, 30.0]))
+# the products of both orientations (_loops.ROWS_FIRST_BELOW), groups of several centroids
+@example(seed=3, n=2500, d=40, k=90, weighted=False, single=True, spread=3.0)
+@example(seed=4, n=2500, d=40, k=40, weighted=True, single=True, spread=0.3)
 def test_wide_bounded_lloyd_equals_full_passes(seed: int, n: int, d: int, k: int,
                                                weighted: bool, single: bool,
                                                spread: float) -> None:

@@ -40,15 +40,14 @@ __all__ = ["CYCLE_WINDOW", "RESOLUTION", "RESOLUTION_AFTER", "STALL", "LloydResu
 #: :func:`lloyd` bounds its passes (``bounds=None``) from this many point-centroid pairs on
 BOUNDS_MIN_ENTRIES = 1 << 20
 #: ... and takes its bounded torch passes over the compiled run on wide data (more than
-#: ``kernels.MAX_DIM`` features) from this many centroids per feature on. Ten Lloyd iterations
-#: from a k-means++ start (2 threads) took 0.44x-0.76x the compiled run's time at k = 8 d to 32 d
-#: (d = 32, 64, 128 with k = 256 or 1,024), 0.93x at k = 4 d, and 1.05x-2.4x at k = 2 d or less.
-#: Since the compiled run rescores a row with the four-chain argmin, which group is which
-#: decides: on MNIST's PCA (70,000 rows, d = 32, 64, 128) the compiled runs took 0.36x-0.65x
-#: the torch passes' time to convergence at k = 256 and 1,024, on a mixture of 4,096 unequal
-#: Gaussians (200,000 rows) 0.48x-0.57x at k = 256 but 1.12x-1.6x at k = 1,024, where a few
-#: centroids of a k-means++ start move far, and the torch passes' exact distances to the
-#: centroids that moved most (``bounds.MOVERS``) keep more rows' bounds than a group's shift.
+#: ``kernels.MAX_DIM`` features) from this many centroids per feature on, where the compiled
+#: run's group bounds (``n t`` of them) are more than it keeps for a warm start
+#: (``kernels.KEPT_LOWER_BOUNDS``): each of a fit's runs would then start cold, and hold them.
+#: Within the cap the compiled runs are faster: to convergence from a k-means++ start (2
+#: threads, one process) on MNIST's PCA (70,000 rows) 0.66x the torch passes' time at d = 64
+#: with k = 1,024 and 0.52x at d = 32 with k = 256; past it, on 200,000 rows of a mixture of
+#: 4,096 unequal Gaussians (d = 128, k = 1,024), where a few centroids of the start move far,
+#: 1.26x-1.35x.
 BOUNDS_OVER_KERNEL = 8
 
 
@@ -98,13 +97,16 @@ def _compiled_metric(data: Data) -> bool:
 def bounds_pay(data: Data, k: int) -> bool:
     """Whether :func:`lloyd` bounds its passes with ``bounds=None`` for ``k`` centroids (its
     docstring): from ``n k >= BOUNDS_MIN_ENTRIES`` on, where the compiled runs do not take the
-    data or it is wide with ``k >= BOUNDS_OVER_KERNEL d``. Every rank decides alike."""
+    data or it is wide with ``k >= BOUNDS_OVER_KERNEL d`` and more group bounds than a run
+    keeps (``kernels.KEPT_LOWER_BOUNDS``). Every rank decides alike."""
     check_data(data)
     k = check_positive_int(k, "k")
     n_total = sum(data.comm.counts(data.n)) if data.comm.active else data.n
     return (n_total * k >= BOUNDS_MIN_ENTRIES
             and (not _compiled_metric(data) or not kernels.usable(data.X, k, scores=True)
-                 or (data.d > kernels.MAX_DIM and k >= BOUNDS_OVER_KERNEL * data.d)))
+                 or (data.d > kernels.MAX_DIM and k >= BOUNDS_OVER_KERNEL * data.d
+                     and n_total * kernels.bound_groups(n_total, k)
+                     > kernels.KEPT_LOWER_BOUNDS)))
 
 
 @torch.no_grad()
@@ -140,8 +142,8 @@ def lloyd(
     similar one. ``None`` (default) uses them from ``n k >= 2^20`` on (measured: below that
     their bookkeeping costs more than the distances it saves), except on the CPU where the
     compiled Lloyd runs take over (squared-Euclidean data; they keep bounds of their own)
-    unless the data is wide and ``k >= BOUNDS_OVER_KERNEL d`` (many centroids per feature,
-    where the torch passes' bounds save more).
+    unless the data is wide, ``k >= BOUNDS_OVER_KERNEL d`` and the rows too many for the
+    compiled run to keep its bounds (where the torch passes' bounds save more).
     Otherwise, on
     the CPU in a single process and without a callback, the iterations run in compiled code
     (:func:`rbfkmeans.kernels.lloyd_run`: bounded passes with the labels and sums of full ones
