@@ -64,11 +64,48 @@ def test_a_signal_removes_the_staging_folder(tmp_path: Path, signum: int, said: 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 128 + signum, err[-2000:]
+    # status 128 + signum, or (rarely, about one run in ten here) the end by the signal itself
+    # once the cleanup and the line are done: a shell reports both as 128 + signum
+    assert proc.returncode in (128 + signum, -signum), err[-2000:]
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == f"rbfkmeans vq: {said}"
     assert not out.exists()  # the folder made for the report removed with its staging folder
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM is not a catchable signal there")
+@pytest.mark.parametrize(("signum", "said"), [(signal.SIGTERM, "terminated (SIGTERM)"),
+                                              (signal.SIGINT, "interrupted (Ctrl-C)")])
+def test_a_second_signal_while_the_command_cleans_up_is_ignored(
+        tmp_path: Path, signum: int, said: str) -> None:
+    """Signals a moment apart (a Ctrl-C pressed twice, a supervisor that repeats SIGTERM): the
+    command still removes its staging folder and ends with its one line, no traceback and a
+    shell's status ``128 + signum`` (a second SIGTERM during the cleanup is ignored; the
+    cleanup is short enough that repeated Ctrl-C did not cut it either)."""
+    out = tmp_path / "report"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "rbfkmeans.cli", "vq", "--out", str(out), "--quick",
+            "--seeds", "1000", "--no-peer", "--no-progress", "--no-figure"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        _wait_for_stage(out, proc, timeout=120.0)
+        time.sleep(0.2)
+        proc.send_signal(signum)
+        for _ in range(5):  # more while it cleans up and exits
+            time.sleep(0.01)
+            if proc.poll() is not None:
+                break
+            proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode in (128 + signum, -signum), err[-2000:]  # (as above)
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == f"rbfkmeans vq: {said}"
+    assert not out.exists()
 
 
 def test_a_stale_staging_folder_does_not_block_the_next_run(tmp_path: Path) -> None:

@@ -3,7 +3,9 @@
 While a command runs, SIGTERM (``kill``, ``timeout``, a scheduler ending a job) ends it as
 Ctrl-C does, through a Python exception, so that what it was writing is removed (a report's
 staging folder, an output's temporaries: :mod:`rbfkmeans.atomic_files`); it then exits with
-status 143 (``128 + SIGTERM``; Ctrl-C: 130) and one line on stderr.
+status 143 (``128 + SIGTERM``; Ctrl-C: 130) and one line on stderr. Now and then (about one
+Ctrl-C'd run in ten on a 2-core machine, after the cleanup and the line) the process ends by
+the signal itself instead, which a shell reports with the same status.
 """
 
 from __future__ import annotations
