@@ -41,16 +41,11 @@ def _wait_for_stage(out: Path, proc: subprocess.Popen[str], timeout: float) -> N
     pytest.fail(f"no staging folder in {out} after {timeout} s")
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM is not a catchable signal there")
-@pytest.mark.parametrize(("signum", "said"), [(signal.SIGTERM, "terminated (SIGTERM)"),
-                                              (signal.SIGINT, "interrupted (Ctrl-C)")])
-def test_a_signal_removes_the_staging_folder(tmp_path: Path, signum: int, said: str) -> None:
-    """``timeout 8 rbfkmeans vq --out DIR`` left ``DIR/.rbfkmeans-report.*.tmp``, and the next
-    run without --force refused DIR as 'already holds files'; Ctrl-C cleaned up but printed
-    Python's traceback."""
-    out = tmp_path / "report"
+def _signalled_vq(out: Path, signum: int, repeats: int = 0) -> tuple[int, str]:
+    """Start ``rbfkmeans vq --out out`` (many quick seeds: a run that outlasts the test, staged
+    before its first seed), send ``signum`` once it is into the training, and again up to
+    ``repeats`` times 10 ms apart while it ends; its status and stderr."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    # many quick seeds: a run that outlasts the test, staged before its first seed
     argv = [sys.executable, "-m", "rbfkmeans.cli", "vq", "--out", str(out), "--quick",
             "--seeds", "1000", "--no-peer", "--no-progress", "--no-figure"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -59,14 +54,31 @@ def test_a_signal_removes_the_staging_folder(tmp_path: Path, signum: int, said: 
         _wait_for_stage(out, proc, timeout=120.0)
         time.sleep(0.2)  # into the training, some files may be staged
         proc.send_signal(signum)
+        for _ in range(repeats):
+            time.sleep(0.01)
+            if proc.poll() is not None:
+                break
+            proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    return proc.returncode, err
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM is not a catchable signal there")
+@pytest.mark.parametrize(("signum", "said"), [(signal.SIGTERM, "terminated (SIGTERM)"),
+                                              (signal.SIGINT, "interrupted (Ctrl-C)")])
+def test_a_signal_removes_the_staging_folder(tmp_path: Path, signum: int, said: str) -> None:
+    """``timeout 8 rbfkmeans vq --out DIR`` left ``DIR/.rbfkmeans-report.*.tmp``, and the next
+    run without --force refused DIR as 'already holds files'; Ctrl-C cleaned up but printed
+    Python's traceback."""
+    out = tmp_path / "report"
+    status, err = _signalled_vq(out, signum)
     # status 128 + signum, or (rarely, about one run in ten here) the end by the signal itself
     # once the cleanup and the line are done: a shell reports both as 128 + signum
-    assert proc.returncode in (128 + signum, -signum), err[-2000:]
+    assert status in (128 + signum, -signum), err[-2000:]
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == f"rbfkmeans vq: {said}"
     assert not out.exists()  # the folder made for the report removed with its staging folder
@@ -83,26 +95,8 @@ def test_a_second_signal_while_the_command_cleans_up_is_ignored(
     shell's status ``128 + signum`` (a second SIGTERM during the cleanup is ignored; the
     cleanup is short enough that repeated Ctrl-C did not cut it either)."""
     out = tmp_path / "report"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "rbfkmeans.cli", "vq", "--out", str(out), "--quick",
-            "--seeds", "1000", "--no-peer", "--no-progress", "--no-figure"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
-    try:
-        _wait_for_stage(out, proc, timeout=120.0)
-        time.sleep(0.2)
-        proc.send_signal(signum)
-        for _ in range(5):  # more while it cleans up and exits
-            time.sleep(0.01)
-            if proc.poll() is not None:
-                break
-            proc.send_signal(signum)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode in (128 + signum, -signum), err[-2000:]  # (as above)
+    status, err = _signalled_vq(out, signum, repeats=5)
+    assert status in (128 + signum, -signum), err[-2000:]  # (as above)
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == f"rbfkmeans vq: {said}"
     assert not out.exists()
