@@ -1,13 +1,15 @@
-"""The blocks of the wide passes: a block's products in either orientation and the group
-minima of the gathered rows, against plain numpy on the same products."""
+"""The wide bounded passes and their blocks: a block's products in either orientation, the group
+minima of the gathered rows, and whole passes with the rows in doubt scored against all
+centroids or their groups in doubt alone, against plain numpy and the full pass."""
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from rbfkmeans import _loops, _wide_loops
+from rbfkmeans import _loops, _wide_loops, kernels
 
 
 @settings(max_examples=40, deadline=None)
@@ -79,3 +81,58 @@ def test_members_list_each_group_in_index_order() -> None:
     assert starts.tolist() == [0, 2, 2, 5, 5, 6]
     assert members.tolist() == [1, 4, 0, 2, 3, 5]
 
+
+
+def _bounded_passes(X: np.ndarray, C0: np.ndarray, limit: int, passes: int) -> None:
+    """Lloyd updates (numpy means) on :func:`_wide_loops.bounded_wide` passes with ``limit``;
+    after each pass the labels equal :func:`_loops.hard_wide`'s at the same centroids, the
+    upper bounds are at least each row's distance to its centroid and each group bound at
+    most its distance to every other centroid of the group (all in float64)."""
+    n, d = X.shape
+    k = C0.shape[0]
+    group_of = kernels.centroid_groups(torch.from_numpy(C0), kernels.bound_groups(n, k)).numpy()
+    t = int(group_of.max()) + 1
+    xs = (X.astype(np.float64) ** 2).sum(1)
+    unit = float(np.finfo(X.dtype).eps) / 2
+    prev, lab, full = (np.zeros(n, np.int64) for _ in range(3))
+    upper, lower, delta = np.empty(n), np.empty((n, t), np.float32), np.zeros(k)
+    C = C0.copy()
+    Xd = X.astype(np.float64)
+    with kernels.launch(blas=True):
+        for it in range(passes):
+            _wide_loops.bounded_wide(X, C, prev, lab, upper, lower, xs, delta, group_of, t,
+                                     unit, it == 0, 2, limit)
+            _loops.hard_wide(X, C, np.empty(0, X.dtype), False, full, xs, unit, 2)
+            np.testing.assert_array_equal(lab, full)
+            dist = np.sqrt(((Xd[:, None, :] - C.astype(np.float64)[None]) ** 2).sum(2))
+            assert (upper >= dist[np.arange(n), lab]).all()
+            for g in range(t):
+                others = np.where((group_of[None, :] == g)
+                                  & (np.arange(k)[None, :] != lab[:, None]), dist, np.inf)
+                assert (lower[:, g] <= others.min(1)).all()
+            sums = np.zeros((k, d))
+            np.add.at(sums, lab, Xd)
+            size = np.bincount(lab, minlength=k)[:, None]
+            Cn = np.where(size > 0, sums / np.maximum(size, 1), C).astype(X.dtype)
+            delta = np.sqrt(((Cn.astype(np.float64) - C) ** 2).sum(1))
+            C, prev = Cn, lab.copy()
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 600), d=st.integers(17, 40),
+       k=st.integers(17, 90), single=st.booleans(), spread=st.sampled_from([0.5, 4.0]),
+       local=st.sampled_from([0, 1, 8, 10_000]))
+@example(seed=5, n=600, d=20, k=90, single=True, spread=4.0, local=10_000)
+def test_bounded_wide_passes_label_as_full_passes_at_any_limit(
+        seed: int, n: int, d: int, k: int, single: bool, spread: float, local: int) -> None:
+    """Rows in doubt scored against all centroids (``limit`` 0), against the groups their
+    bounds leave in doubt alone (any ``limit`` up to all centroids), or either by their
+    count: every pass's labels are the full pass's, and the bounds stay bounds. Repeated
+    centroids make exact ties that the groups must settle as the full pass does."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(max(1, k // 3), d)) * spread
+    X = centers[rng.integers(0, len(centers), size=n)] + rng.normal(size=(n, d))
+    X = np.ascontiguousarray(X.astype(np.float32 if single else np.float64))
+    C0 = X[rng.integers(0, n, size=k)].copy()
+    C0[k // 2:k // 2 + 3] = C0[0]  # equal centroids, perhaps in different groups
+    _bounded_passes(X, C0, local, 6)
