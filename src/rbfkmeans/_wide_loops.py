@@ -70,6 +70,19 @@ LOCAL_SHARE = 32
 _DOWN = 1.0 - 2.0**-20
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _lower_bound(score, xs_i, E):
+    """A float32 lower bound on ``||x_i - c_j||`` from the score ``||c_j||^2 - 2 x_i.c_j`` of
+    a product whose rounding ``E`` bounds (``xs_i = ||x_i||^2``), rounded down."""
+    return np.float32(math.sqrt(max(score + xs_i - E, 0.0)) * (1.0 - RHO) * _DOWN)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _upper_bound(score, xs_i, E):
+    """An upper bound on ``||x_i - c_a||`` from its score (:func:`_lower_bound`)."""
+    return math.sqrt(max(score + xs_i + E, 0.0)) * (1.0 + RHO)
+
+
 @njit(cache=True, nogil=True)
 def _members(group_of, t):
     """The centroids sorted by group (k,), in index order within each, and where each group's
@@ -223,9 +236,9 @@ def _rescore_near(i, a, reach, xs_i, E, doubt, v, lower, members, starts, group_
             if ids[r] != label and vals[r] < low:
                 low = vals[r]
             r += 1
-        lower[i, g] = np.float32(math.sqrt(max(low + xs_i - E, 0.0)) * (1.0 - RHO) * _DOWN)
+        lower[i, g] = _lower_bound(low, xs_i, E)
     if not a_in and label != a:
-        low = np.float32(math.sqrt(max(vals[m - 1] + xs_i - E, 0.0)) * (1.0 - RHO) * _DOWN)
+        low = _lower_bound(vals[m - 1], xs_i, E)
         if low < lower[i, ga]:
             lower[i, ga] = low
     return label, best
@@ -296,7 +309,7 @@ def bounded_wide(X, C, old, new, upper, lower, xs, delta, group_of, t, unit, fir
                                     vals, scores)
             if c >= 0:
                 new[i] = c
-                upper[i] = math.sqrt(max(best + xs[i] + E, 0.0)) * (1.0 + RHO)
+                upper[i] = _upper_bound(best, xs[i], E)
             else:
                 todo[m] = i
                 m += 1
@@ -340,10 +353,9 @@ def bounded_wide(X, C, old, new, upper, lower, xs, delta, group_of, t, unit, fir
                         best = scores[a]
                         _group_lows(scores, a, members, starts, lows)
                 new[i] = a
-                upper[i] = math.sqrt(max(best + xs[i] + E, 0.0)) * (1.0 + RHO)
+                upper[i] = _upper_bound(best, xs[i], E)
                 for g in range(t):  # (an empty group's inf stays inf)
-                    lb = math.sqrt(max(lows[g] + xs[i] - E, 0.0)) * (1.0 - RHO)
-                    lower[i, g] = np.float32(lb * _DOWN)
+                    lower[i, g] = _lower_bound(lows[g], xs[i], E)
     return scored.sum()
 
 
@@ -377,9 +389,7 @@ def fold_moved(X, C, moved, group_of, lower, xs, unit, nb):
             E = kappa * math.sqrt(xs[i]) * cmax
             for r in range(m):
                 g = group_of[moved[r]]
-                lb = math.sqrt(max(csq[r] - 2.0 * np.float64(P[i - lo, r]) + xs[i] - E, 0.0)) \
-                    * (1.0 - RHO)
-                low = np.float32(lb * _DOWN)
+                low = _lower_bound(csq[r] - 2.0 * np.float64(P[i - lo, r]), xs[i], E)
                 if low < lower[i, g]:
                     lower[i, g] = low
 
