@@ -37,7 +37,7 @@ import math
 import torch
 from torch import Tensor
 
-from .copies import Copies, centroid_copies, least_two
+from .copies import Copies, centroid_copies, distinct, least_two
 from .distances import cross_term, row_dots, row_min, row_norms_sq
 from .passes import Data
 from .stats import Stats
@@ -63,8 +63,7 @@ def _two_nearest(data: Data, rows: Tensor | slice, C: Tensor, C_sq: Tensor,
     index, for the rows ``rows`` (computed exactly as the hard pass computes its labels: equal
     centroids, ``copies`` of :func:`rbfkmeans.copies.centroid_copies`, as one, the lowest index
     first and its copy second, at a tie)."""
-    if copies is not None:
-        C, C_sq = C[copies.index], C_sq[copies.index]
+    C, C_sq = distinct(C, C_sq, copies)
     G = cross_term(data.X[rows], C, C_sq)  # (b, k')
     if copies is not None:
         g1, lab, g2, _ = least_two(G, copies)

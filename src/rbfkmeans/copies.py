@@ -63,6 +63,13 @@ def centroid_copies(C: Tensor, C_sq: Tensor) -> Copies | None:
     return Copies(own.nonzero().squeeze(1), next_copy)
 
 
+def distinct(C: Tensor, C_sq: Tensor, copies: Copies | None) -> tuple[Tensor, Tensor]:
+    """The centroids ``C`` (k, d) and their squared norms ``C_sq`` (k,) restricted to the
+    distinct rows of ``copies`` (k', the lowest index of each), as the scores of
+    :func:`least` and :func:`least_two` take them; unchanged for ``None``."""
+    return (C, C_sq) if copies is None else (C[copies.index], C_sq[copies.index])
+
+
 def least(G: Tensor, copies: Copies | None, *, overwrite: bool = False) -> tuple[Tensor, Tensor]:
     """Each row's least score of ``G`` (b, k') over the distinct centroids (``copies``; all
     ``k`` centroids when ``None``) and its centroid, the lowest index of its copies

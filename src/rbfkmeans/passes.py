@@ -38,7 +38,7 @@ from ._validation import (
     largest_magnitude,
 )
 from .comm import Comm
-from .copies import centroid_copies, least, least_two
+from .copies import centroid_copies, distinct, least, least_two
 from .distances import chunk_rows, cross_term, iter_chunks, row_norms_sq
 from .metrics import Metric, get_metric, unit_rows
 from .sparse import SparseRows
@@ -293,8 +293,7 @@ def nearest(data: Data, C: Tensor, *, two: bool = False) -> Nearest:
         raise ValueError(f"two nearest centroids need k >= 2; got C of shape {tuple(C.shape)}")
     C_sq = row_norms_sq(C)
     copies = centroid_copies(C, C_sq)
-    if copies is not None:
-        C, C_sq = C[copies.index], C_sq[copies.index]
+    C, C_sq = distinct(C, C_sq, copies)
     shape = (data.n, 2) if two else (data.n,)
     dist = torch.empty(shape, dtype=data.X.dtype, device=data.X.device)
     labels = torch.empty(shape, dtype=torch.long, device=data.X.device)

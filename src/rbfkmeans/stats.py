@@ -33,7 +33,7 @@ from torch import Tensor
 from . import kernels
 from ._validation import check_bool, check_real, check_temperature
 from .assignments import Assignment, get_assignment
-from .copies import centroid_copies, least
+from .copies import centroid_copies, distinct, least
 from .distances import cross_term, row_norms_sq
 from .errors import NonFiniteError
 from .passes import Data, check_data
@@ -199,7 +199,7 @@ def cluster_stats(
     # weighted rows are copied (Xw): then chunks of max(k, d) entries a row
     width = k if data.w is None else max(k, data.d)
     copies = centroid_copies(C, C_sq) if hard and not fused else None
-    C_hard, C_hard_sq = (C, C_sq) if copies is None else (C[copies.index], C_sq[copies.index])
+    C_hard, C_hard_sq = distinct(C, C_sq, copies)
     for s in () if fused or fused_soft else data.chunks(width):
         Xc = data.X[s]  # (b, d)
         w = data.weight(s)  # (b,)
