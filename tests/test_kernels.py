@@ -605,6 +605,8 @@ def _wide_lloyd(X: np.ndarray, C0: np.ndarray, w: np.ndarray, grouped: bool,
 # the products of both orientations (_loops.ROWS_FIRST_BELOW), groups of several centroids
 @example(seed=3, n=2500, d=40, k=90, weighted=False, single=True, spread=3.0)
 @example(seed=4, n=2500, d=40, k=40, weighted=True, single=True, spread=0.3)
+# k d at least _wide_loops.LOCAL_MIN_WORK: rows in doubt scored against their groups in doubt
+@example(seed=5, n=3000, d=64, k=512, weighted=False, single=True, spread=3.0)
 def test_wide_bounded_lloyd_equals_full_passes(seed: int, n: int, d: int, k: int,
                                                weighted: bool, single: bool,
                                                spread: float) -> None:

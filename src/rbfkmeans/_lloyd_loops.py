@@ -39,7 +39,7 @@ from ._row_loops import (
     sq_norm,
     sum_blocks,
 )
-from ._wide_loops import LOCAL_SHARE, bounded_wide, fold_moved, label_sums, move_rows
+from ._wide_loops import bounded_wide, fold_moved, label_sums, local_limit, move_rows
 
 __all__ = ["bounded", "lloyd"]
 
@@ -316,7 +316,7 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, floor, floor_after, 
     for it in range(1, max_iter + 1):
         if grouped:
             bounded_wide(X, C, prev, lab, upper_g, lower_g, xs, delta, group_of, ngroups, unit,
-                         it == 1 and not warm_wide, nb, k // LOCAL_SHARE)
+                         it == 1 and not warm_wide, nb, local_limit(k, d))
             if it == 1:
                 N, S, count = label_sums(X, w, lab, k, nb)
             else:
@@ -389,7 +389,7 @@ def lloyd(X, C0, w, max_iter, tol, nb, wide, target, stall, floor, floor_after, 
     if grouped:  # the labels at C by one more bounded pass (the last update's moves in
         # delta; after a converged run few rows are in doubt), J from them, O(n d)
         bounded_wide(X, C, prev, lab, upper_g, lower_g, xs, delta, group_of, ngroups, unit,
-                     False, nb, k // LOCAL_SHARE)
+                     False, nb, local_limit(k, d))
         return C, lab, _labelled_J(X, C, w, lab, nb, spherical), iters, status, upper_g, \
             np.empty(0), lower_g, xs
     no_groups = np.empty((0, 0), dtype=np.float32)

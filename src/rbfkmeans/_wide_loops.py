@@ -54,20 +54,34 @@ from ._row_loops import (
     sum_blocks,
 )
 
-__all__ = ["RHO", "bounded_wide", "fold_moved", "label_sums", "move_rows"]
+__all__ = ["LOCAL_CENTROIDS", "LOCAL_MIN_WORK", "RHO", "bounded_wide", "fold_moved", "label_sums",
+           "local_limit", "move_rows"]
 
 #: relative slack of the bounds (far above the few roundings each accumulates per step)
 RHO = 64.0 * 2.0**-52
 #: Lloyd runs score a row against the centroids its group bounds leave in doubt alone where
-#: they are at most ``k / LOCAL_SHARE`` (:func:`_rescore_near`), by BLAS products with all
-#: ``k`` beyond. The groups a row does not score keep bounds that loosen pass after pass, so
-#: more rows fail the test: on MNIST's 64-dimensional PCA with k = 1,024 (a Lloyd run's 24
-#: passes after its first) 0.70 s with every row in doubt scored against all, 0.52 s, 0.45 s
-#: and 0.55 s with this share at 16, 32 and 64, and 0.86 s with it at 4
-LOCAL_SHARE = 32
+#: they are at most ``LOCAL_CENTROIDS`` and ``k d`` is at least ``LOCAL_MIN_WORK``
+#: (:func:`local_limit`), by BLAS products with all ``k`` otherwise. The groups a row does not
+#: score keep bounds that loosen pass after pass, so more rows fail the test; it pays where a
+#: row's product with all centroids is long. 24 Lloyd passes from random rows, 2 threads,
+#: against scoring every row in doubt by the product: MNIST's 64-dimensional PCA with
+#: k = 1,024 0.54 s against about 0.70 s (at most 16 or 64 centroids: 0.67 s, 0.58 s); MNIST
+#: (784 features) with k = 256 1.39-1.48 s against 2.01-2.04 s (8 or 64: 1.88-1.96 s, 1.72 s),
+#: with k = 64 0.81 s against 0.88 s; slower where ``k d`` is small: the PCA with k = 128
+#: 0.22 s against 0.16 s, with k = 32 0.12 s against 0.09 s, MNIST with k = 10 0.39 s
+#: against 0.37 s
+LOCAL_CENTROIDS = 32
+LOCAL_MIN_WORK = 1 << 15
 #: float32 lower bounds are stored this much below their float64 value (a float32 rounds by at
 #: most 2^-24 relative)
 _DOWN = 1.0 - 2.0**-20
+
+
+@njit(cache=True, nogil=True, inline="always")
+def local_limit(k, d):
+    """The most centroids a row in doubt is scored against alone (:data:`LOCAL_CENTROIDS`;
+    0, none, where ``k d`` is below :data:`LOCAL_MIN_WORK`)."""
+    return LOCAL_CENTROIDS if k * d >= LOCAL_MIN_WORK else 0
 
 
 @njit(cache=True, nogil=True, inline="always")
