@@ -257,13 +257,14 @@ def test_the_command_compiles_with_progress(tmp_path: Path, monkeypatch: pytest.
 
 _FITS_AFTER_WARM_UP = r"""
 import numpy as np, torch
-from rbfkmeans import RBFKMeans, _lloyd_loops, _loops, _squarem_loops, _wide_loops, warmup
+from rbfkmeans import (RBFKMeans, _lloyd_loops, _loops, _squarem_loops, _sums_loops, _wide_loops,
+                       warmup)
 from numba.core.registry import CPUDispatcher
 from sklearn.datasets import make_blobs
 
 def signatures():
     out = {}
-    for mod in (_loops, _lloyd_loops, _squarem_loops, _wide_loops):
+    for mod in (_loops, _lloyd_loops, _squarem_loops, _wide_loops, _sums_loops):
         for name, f in vars(mod).items():
             if isinstance(f, CPUDispatcher):
                 out[f"{mod.__name__}.{name}"] = sorted(map(str, f.signatures))

@@ -39,7 +39,8 @@ from ._row_loops import (
     sq_norm,
     sum_blocks,
 )
-from ._wide_loops import bounded_wide, fold_moved, label_sums, local_limit, move_rows
+from ._sums_loops import label_sums, move_rows
+from ._wide_loops import bounded_wide, fold_moved, local_limit
 
 __all__ = ["bounded", "lloyd"]
 

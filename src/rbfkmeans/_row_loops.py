@@ -3,9 +3,9 @@ centroids, the argmin and argmax of those scores, its squared norm, its share of
 and the block sums added in block order.
 
 The loops of :mod:`rbfkmeans._loops`, :mod:`rbfkmeans._swap_loops`,
-:mod:`rbfkmeans._lloyd_loops`, :mod:`rbfkmeans._wide_loops` and
-:mod:`rbfkmeans._hartigan_loops` call them (the per-row ones inlined), and they alone import
-this module; it needs numba.
+:mod:`rbfkmeans._lloyd_loops`, :mod:`rbfkmeans._wide_loops`,
+:mod:`rbfkmeans._sums_loops` and :mod:`rbfkmeans._hartigan_loops` call them (the per-row ones
+inlined), and they alone import this module; it needs numba.
 """
 
 import math

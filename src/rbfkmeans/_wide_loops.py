@@ -34,8 +34,8 @@ order, among the centroids in doubt), as the full pass :func:`rbfkmeans._loops.h
 does: BLAS rounds a row's products differently when it is gathered with other rows than in a
 full block, so a tie within rounding (equal centroids, a row on a boundary) could otherwise
 part the two passes. Every label is the one a full pass gives. The caller keeps the sums ``N``,
-``S`` and updates them by the rows whose label changed. Lower bounds are stored in float32
-(rounded down) to keep ``n t`` of them in memory.
+``S`` and updates them by the rows whose label changed (:mod:`rbfkmeans._sums_loops`). Lower
+bounds are stored in float32 (rounded down) to keep ``n t`` of them in memory.
 
 Only :mod:`rbfkmeans._lloyd_loops` imports this module; it needs numba.
 """
@@ -50,12 +50,9 @@ from ._row_loops import (
     centroid_norms,
     nearest_in_doubt,
     sq_dist,
-    sum_block_count,
-    sum_blocks,
 )
 
-__all__ = ["LOCAL_CENTROIDS", "LOCAL_MIN_WORK", "RHO", "bounded_wide", "fold_moved", "label_sums",
-           "local_limit", "move_rows"]
+__all__ = ["LOCAL_CENTROIDS", "LOCAL_MIN_WORK", "RHO", "bounded_wide", "fold_moved", "local_limit"]
 
 #: relative slack of the bounds (far above the few roundings each accumulates per step)
 RHO = 64.0 * 2.0**-52
@@ -406,51 +403,3 @@ def fold_moved(X, C, moved, group_of, lower, xs, unit, nb):
                 low = _lower_bound(csq[r] - 2.0 * np.float64(P[i - lo, r]), xs[i], E)
                 if low < lower[i, g]:
                     lower[i, g] = low
-
-
-@njit(cache=True, nogil=True)
-def move_rows(X, w, old, new, N, S, count):
-    """The sums ``N`` (k,), ``S`` (k, d) and row counts ``count`` (k,) of the labels ``old``
-    turned in place into those of ``new``: each row whose label changed leaves its old cluster
-    and joins its new one (float64, in row order). Returns how many moved."""
-    has_w = w.shape[0] > 0
-    moved = 0
-    for i in range(X.shape[0]):
-        a, b = old[i], new[i]
-        if a == b:
-            continue
-        moved += 1
-        count[a] -= 1
-        count[b] += 1
-        wi = np.float64(w[i]) if has_w else 1.0
-        N[a] -= wi
-        N[b] += wi
-        for q in range(X.shape[1]):
-            x = wi * np.float64(X[i, q])
-            S[a, q] -= x
-            S[b, q] += x
-    return moved
-
-
-@njit(parallel=True, cache=True, nogil=True)
-def label_sums(X, w, labels, k, nb):
-    """``N`` (k,), ``S`` (k, d) and the row counts (k,) of the clusters ``labels`` (n,), each
-    block's partial sums added in block order; at most ``nb`` blocks, fewer where their
-    partial sums would outgrow the cache (:func:`rbfkmeans._row_loops.sum_block_count`)."""
-    n, d = X.shape
-    nb = sum_block_count(nb, k * d)
-    has_w = w.shape[0] > 0
-    block = (n + nb - 1) // nb
-    N = np.zeros((nb, k))
-    S = np.zeros((nb, k, d))
-    cnt = np.zeros((nb, k))
-    for b in prange(nb):
-        for i in range(b * block, min(n, (b + 1) * block)):
-            a = labels[i]
-            wi = np.float64(w[i]) if has_w else 1.0
-            N[b, a] += wi
-            cnt[b, a] += 1.0
-            for q in range(d):
-                S[b, a, q] += wi * np.float64(X[i, q])
-    return sum_blocks(N), sum_blocks(S.reshape(nb, k * d)).reshape(k, d), \
-        sum_blocks(cnt).astype(np.int64)

@@ -28,7 +28,8 @@ iterations (assignment, update, stopping rules) in compiled code for
 :func:`rbfkmeans.lloyd.lloyd`, and :func:`group_fixed_point` the annealing's SQUAREM fixed point
 at one temperature (group passes, updates, extrapolations and their safeguard) for
 :func:`rbfkmeans.splits.anneal_splits`. The loops are in the private ``rbfkmeans._loops`` (the
-passes), ``rbfkmeans._lloyd_loops`` and ``rbfkmeans._wide_loops`` (the Lloyd runs) and
+passes), ``rbfkmeans._lloyd_loops``, ``rbfkmeans._wide_loops`` and ``rbfkmeans._sums_loops``
+(the Lloyd runs) and
 ``rbfkmeans._squarem_loops`` (the fixed point), with the per-row pieces they share in
 ``rbfkmeans._row_loops``; this module holds the rule, the threads and the typed wrappers.
 The sweeps of the swap search and of Hartigan's moves have their wrappers in

@@ -63,7 +63,7 @@ PAYBACK_ENTRIES = 1 << 10
 FIRST_PAYBACK_ENTRIES = 1 << 14
 #: the modules whose numba functions the stamp covers (their sources are part of its key)
 MODULES = ("_row_loops", "_loops", "_swap_loops", "_lloyd_loops", "_squarem_loops", "_wide_loops",
-           "_hartigan_loops")
+           "_sums_loops", "_hartigan_loops")
 #: the stamp and the lock, in numba's cache folder for this package
 STAMP = "rbfkmeans-kernels.ready"
 LOCK = "rbfkmeans-kernels.lock"
