@@ -221,6 +221,10 @@ def test_hard_pass_float32_matches_float64_sums() -> None:
 @given(seed=st.integers(0, 10_000), d=st.sampled_from([1, 2, 3, 8, 16, 40, 64]),
        g=st.integers(1, 40), log_T=st.floats(-3.0, 2.0), weighted=st.booleans(),
        critical=st.booleans())
+# wide rows against at least ROWS_FIRST_BELOW groups: the products as C X_b^T, the rows' maxima
+# and candidates found at once (rows with one candidate and with several)
+@example(seed=0, d=40, g=70, log_T=-1.5, weighted=True, critical=False)
+@example(seed=1, d=64, g=96, log_T=-0.5, weighted=False, critical=True)
 def test_group_pass_equals_the_torch_pass(name: str, seed: int, d: int, g: int, log_T: float,
                                           weighted: bool, critical: bool) -> None:
     X, w = _points(seed, 700, d, weighted=weighted)
