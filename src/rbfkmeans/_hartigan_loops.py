@@ -89,37 +89,20 @@ def gains(X, C, N, labels, w, rows):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _nearest_at_once(PT, m, csq, xs, own_of, first, second, near):
+def _moves_at_once(PT, m, csq, xs, own_of, wr, N, fac, weighted, first, second, near, best, to):
     """For the ``m`` gathered rows of ``PT`` (k, m), their products ``x_i.c_j``, with squared
-    norms ``xs`` (m,) and clusters ``own_of`` (m,): the smallest squared distance
-    ``max(||x_i||^2 + ||c_j||^2 - 2 x_i.c_j, 0)`` over the other clusters and its cluster (ties
-    to the lowest index), and the second smallest (equal to the smallest on a tie), centroid by
-    centroid over the rows (a loop the compiler vectorises, where a row's own minimum is a chain
-    of dependent compares). The distances are rounded as the row-by-row search rounds them."""
+    norms ``xs`` (m,), clusters ``own_of`` (m,) and weights ``wr`` (m,), over the other clusters:
+    the smallest squared distance ``max(||x_i||^2 + ||c_j||^2 - 2 x_i.c_j, 0)`` and its cluster,
+    the second smallest (equal to the smallest on a tie), and the cheapest join
+    ``f_ij ||x_i - c_j||^2`` and its cluster, ``f_ij = w_i N_j / (N_j + w_i)`` (or the
+    unweighted factors ``fac`` (k,)); ties to the lowest index. Centroid by centroid over the
+    rows (a loop the compiler vectorises, where a row's own minimum is a chain of dependent
+    compares); the distances are rounded as the row-by-row search rounds them."""
     k = PT.shape[0]
     for r in range(m):
         first[r] = np.inf
         second[r] = np.inf
         near[r] = 0
-    for j in range(k):
-        cj = csq[j]
-        for r in range(m):
-            g = max(xs[r] + cj - 2.0 * np.float64(PT[j, r]), 0.0)
-            if own_of[r] == j:
-                g = np.inf
-            second[r] = min(second[r], max(g, first[r]))
-            if g < first[r]:
-                first[r] = g
-                near[r] = j
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _joins_at_once(PT, m, csq, xs, own_of, wr, N, fac, weighted, best, to):
-    """For the same rows, the cheapest join ``f_ij ||x_i - c_j||^2`` over the other clusters and
-    its cluster (ties to the lowest index): ``f_ij = w_i N_j / (N_j + w_i)`` with the rows'
-    weights ``wr`` (m,), or the unweighted factors ``fac`` (k,)."""
-    k = PT.shape[0]
-    for r in range(m):
         best[r] = np.inf
         to[r] = 0
     for j in range(k):
@@ -128,11 +111,16 @@ def _joins_at_once(PT, m, csq, xs, own_of, wr, N, fac, weighted, best, to):
         fj = fac[j]
         for r in range(m):
             g = max(xs[r] + cj - 2.0 * np.float64(PT[j, r]), 0.0)
-            g = wr[r] * Nj / (Nj + wr[r]) * g if weighted else fj * g
+            join = wr[r] * Nj / (Nj + wr[r]) * g if weighted else fj * g
             if own_of[r] == j:
                 g = np.inf
-            if g < best[r]:
-                best[r] = g
+                join = np.inf
+            second[r] = min(second[r], max(g, first[r]))
+            if g < first[r]:
+                first[r] = g
+                near[r] = j
+            if join < best[r]:
+                best[r] = join
                 to[r] = j
 
 
@@ -141,8 +129,8 @@ def gains_wide(X, C, N, labels, w, rows, nb):
     """:func:`gains` for the rows ``rows`` (m,) of wide data (module docstring): ``nb`` blocks of
     them in parallel, the distances of ``WIDE_ROWS`` gathered rows at a time from one BLAS
     product ``C X_b^T`` (the caller runs the BLAS on one thread), the nearest other clusters and
-    the best targets found for the gathered rows at once (:func:`_nearest_at_once`,
-    :func:`_joins_at_once`; ties to the lowest cluster, as :func:`gains`). Returns, per row of
+    the best targets found for the gathered rows at once (:func:`_moves_at_once`; ties to the
+    lowest cluster, as :func:`gains`). Returns, per row of
     ``rows``, the gain and target, and for the caller's bounds the squared distance to its own
     mean, its nearest other cluster and the squared distances to that one and to the next
     (``inf`` where there is none)."""
@@ -189,8 +177,8 @@ def gains_wide(X, C, N, labels, w, rows, nb):
                 own_of[r] = labels[i]
                 wr[r] = np.float64(w[i]) if has_w else 1.0
             PT = block_products(Cc, CT, buf[:mr])  # (k, rows)
-            _nearest_at_once(PT, mr, csq, xs, own_of, first, second, near_r)
-            _joins_at_once(PT, mr, csq, xs, own_of, wr, N, fac, has_w, best, to)
+            _moves_at_once(PT, mr, csq, xs, own_of, wr, N, fac, has_w, first, second, near_r,
+                           best, to)
             for r in range(mr):
                 q = s0 + r
                 a = own_of[r]
