@@ -1471,6 +1471,35 @@ def test_hartigan_polish_is_bounded_by_the_search_budget(monkeypatch: pytest.Mon
     assert all(passes == R.HARTIGAN_PASSES for _, passes in calls)
 
 
+def test_hartigan_rounds_share_their_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rounds of Hartigan's moves on the search rows take HARTIGAN_PASSES passes in all: each
+    round is given what the rounds before left, and none starts once they are spent (here a
+    first round of 11 passes and a second of 4 under the cap of 100; under a cap of 3 the first
+    round spends it and no second round runs)."""
+    import rbfkmeans.refine as R
+
+    calls: list[tuple[int, int]] = []
+    real = R.hartigan
+
+    def spy(data, labels, k, *, max_passes, **kw):  # type: ignore[no-untyped-def]
+        out = real(data, labels, k, max_passes=max_passes, **kw)
+        calls.append((max_passes, out.n_passes))
+        return out
+
+    monkeypatch.setattr(R, "hartigan", spy)
+    X = np.random.default_rng(0).uniform(size=(3000, 2))
+    RBFKMeans(30, random_state=0).fit(X)
+    assert len(calls) == 2
+    assert calls[0][0] == R.HARTIGAN_PASSES
+    assert calls[1][0] == R.HARTIGAN_PASSES - calls[0][1]
+    first = calls[0][1]
+    assert first > 3
+    calls.clear()
+    monkeypatch.setattr(R, "HARTIGAN_PASSES", 3)
+    RBFKMeans(30, random_state=0).fit(X)
+    assert calls == [(3, 3)]
+
+
 def test_no_hartigan_on_all_rows_after_an_unsettled_polish(monkeypatch: pytest.MonkeyPatch) -> None:
     """Hartigan's moves on all rows start only from a Lloyd fixed point of all rows: where the
     last polish stops at max_iter they are skipped (and the fit warns that it did not settle)."""
