@@ -92,14 +92,62 @@ def test_a_second_signal_while_the_command_cleans_up_is_ignored(
         tmp_path: Path, signum: int, said: str) -> None:
     """Signals a moment apart (a Ctrl-C pressed twice, a supervisor that repeats SIGTERM): the
     command still removes its staging folder and ends with its one line, no traceback and a
-    shell's status ``128 + signum`` (a second SIGTERM during the cleanup is ignored; the
-    cleanup is short enough that repeated Ctrl-C did not cut it either)."""
+    shell's status ``128 + signum`` (signals after the first are ignored until the process has
+    exited: a repeated Ctrl-C had cut the interpreter's cleanup at exit with a traceback)."""
     out = tmp_path / "report"
     status, err = _signalled_vq(out, signum, repeats=5)
     assert status in (128 + signum, -signum), err[-2000:]  # (as above)
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == f"rbfkmeans vq: {said}"
     assert not out.exists()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="os.kill of SIGINT ends the process there")
+@pytest.mark.parametrize("restore", [True, False])
+def test_ctrl_c_raises_once_then_is_ignored_until_the_end(restore: bool) -> None:
+    """A Ctrl-C pressed twice cut the command's cleanup, or the interpreter's own cleanup at exit,
+    with a traceback: the first SIGINT raises KeyboardInterrupt, the next ones (and SIGTERM) are
+    ignored; ``main`` puts Python's handlers back after, the program (``restore=False``)
+    stays deaf to both until it has exited."""
+    from rbfkmeans import cli
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    assert before[0] is signal.default_int_handler
+    cleaned = []
+
+    def command() -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1.0)  # the handler runs here
+            pytest.fail("SIGINT raised nothing")
+        finally:
+            os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C during the cleanup
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            cleaned.append(True)
+
+    try:
+        with pytest.raises(KeyboardInterrupt), cli._signals_exit(restore):
+            command()
+        assert cleaned == [True]
+        after = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+        assert after == (before if restore else (signal.SIG_IGN, signal.SIG_IGN))
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])
+
+
+@pytest.mark.parametrize("restore", [True, False])
+def test_a_command_without_a_signal_puts_the_handlers_back(restore: bool) -> None:
+    """Inside the block both signals take the raise-once handler; a command that ends without a
+    signal leaves both handlers as it found them (the program's ``restore=False`` included)."""
+    from rbfkmeans import cli
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with cli._signals_exit(restore):
+        assert signal.getsignal(signal.SIGINT) is cli._raise_once
+        assert signal.getsignal(signal.SIGTERM) is cli._raise_once
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
 def test_a_stale_staging_folder_does_not_block_the_next_run(tmp_path: Path) -> None:

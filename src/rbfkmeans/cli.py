@@ -140,43 +140,73 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _Terminated(SystemExit):
-    """Raised in the main thread by SIGTERM while a command runs (:func:`_sigterm_exits`): like
+    """Raised in the main thread by SIGTERM while a command runs (:func:`_signals_exit`): like
     ``KeyboardInterrupt``, it passes the commands' ``except Exception`` and runs their cleanup."""
 
 
-def _raise_terminated(signum: int, frame: FrameType | None) -> None:
-    """The SIGTERM handler of :func:`_sigterm_exits`: raise :class:`_Terminated` (status
-    ``128 + signum``) once; a second SIGTERM while the command cleans up is ignored, so that the
-    cleanup is not cut short (SIGKILL still ends the process)."""
+def _raise_once(signum: int, frame: FrameType | None) -> None:
+    """The SIGTERM and SIGINT handler of :func:`_signals_exit`: raise :class:`_Terminated`
+    (status ``128 + signum``) or ``KeyboardInterrupt`` once; later signals of either kind are
+    ignored while the command cleans up and ends, so that the cleanup is not cut short (a
+    Ctrl-C pressed twice, a supervisor that repeats SIGTERM; SIGKILL still ends the process)."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise _Terminated(128 + signum)
 
 
 @contextlib.contextmanager
-def _sigterm_exits() -> Iterator[None]:
-    """For the block, SIGTERM raises :class:`_Terminated` in the main thread instead of ending
-    the process at once; the previous handler is put back after. Nothing changes when this runs
-    outside the main thread (Python sets handlers there only), or when SIGTERM is ignored
-    (``SIG_IGN``, as the caller wants) or has a handler not set from Python (not restorable)."""
-    if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGTERM) in (signal.SIG_IGN, None):
+def _signals_exit(restore: bool = True) -> Iterator[None]:
+    """For the block, SIGTERM raises :class:`_Terminated` and SIGINT ``KeyboardInterrupt`` in
+    the main thread, once (:func:`_raise_once`), instead of ending the process at once (SIGTERM)
+    or raising again in the cleanup (SIGINT). The previous handlers are put back after, unless
+    ``restore`` is false and a signal came: a process that ends then stays deaf to both until it
+    has exited (a second Ctrl-C had cut the interpreter's own cleanup at exit with a traceback).
+    A signal is left alone outside the main thread (Python sets handlers there only), where it
+    is ignored (``SIG_IGN``, as the caller wants) or has a handler not set from Python (not
+    restorable), and SIGINT where the caller set a handler of its own."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = {}
+    if signal.getsignal(signal.SIGTERM) not in (signal.SIG_IGN, None):
+        previous[signal.SIGTERM] = signal.getsignal(signal.SIGTERM)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        previous[signal.SIGINT] = signal.default_int_handler
+    for signum in previous:
+        signal.signal(signum, _raise_once)
+    signalled = False
     try:
         yield
+    except (_Terminated, KeyboardInterrupt):
+        signalled = True
+        raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if restore or not signalled:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); return the exit status (143
     where SIGTERM ended the command, 130 where Ctrl-C did, its cleanup done, with one line on
     stderr rather than Python's traceback)."""
+    return _run(argv, restore=True)
+
+
+def entry() -> None:
+    """The ``rbfkmeans`` program: :func:`main` on the process's arguments, then exit with its
+    status; after SIGTERM or Ctrl-C the process ignores both until it has exited."""
+    sys.exit(_run(None, restore=False))
+
+
+def _run(argv: Sequence[str] | None, restore: bool) -> int:
+    """:func:`main`, the handlers put back after a signal only where ``restore``."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        with _sigterm_exits():
+        with _signals_exit(restore):
             return int(args.func(args))
     except _Terminated as exc:
         print(f"rbfkmeans {args.command}: terminated (SIGTERM)", file=sys.stderr)
@@ -191,4 +221,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
