@@ -125,16 +125,17 @@ ONCE_OVER = 5.0
 SKLEARN_N_INIT3_LIMIT = 300.0
 
 
-def timed(fit: Callable[[], np.ndarray], repeat: int) -> tuple[float, np.ndarray]:
+def timed(fit: Callable[[], np.ndarray], repeat: int, once_over: float = ONCE_OVER
+          ) -> tuple[float, np.ndarray]:
     """The fastest of up to ``repeat`` runs of ``fit`` (which returns the centres) and its
-    centres; a run over ``ONCE_OVER`` seconds ends the repetitions."""
+    centres; a run over ``once_over`` seconds ends the repetitions."""
     best, C = math.inf, None
     for _ in range(repeat):
         t0 = time.perf_counter()
         out = fit()
         best = min(best, time.perf_counter() - t0)
         C = out
-        if best > ONCE_OVER:
+        if best > once_over:
             break
     assert C is not None
     return best, C
@@ -212,12 +213,13 @@ def pass_times(X: np.ndarray, k: int, repeat: int) -> dict[str, float]:
 
 def run(names: list[str], quick: bool, repeat: int, cosine: bool, seed: int,
         bkmeans_limit: float, geometries: tuple[str, ...] | None = None,
-        only_methods: list[str] | None = None) -> dict[str, Any]:
+        only_methods: list[str] | None = None, once_over: float = ONCE_OVER
+        ) -> dict[str, Any]:
     from machine import describe  # benchmarks/machine.py, beside this script
 
     results: dict[str, Any] = {"threads": THREADS, "seed": seed, "quick": quick,
                                "machine": describe(), "torch": torch.__version__,
-                               "workloads": {}}
+                               "repeat": repeat, "once_over": once_over, "workloads": {}}
     for name in names:
         X, k = workload(name, quick)
         entry: dict[str, Any] = {"n": int(X.shape[0]), "d": int(X.shape[1]), "k": k}
@@ -243,7 +245,7 @@ def run(names: list[str], quick: bool, repeat: int, cosine: bool, seed: int,
                     print(f"  {geometry} {method}: skipped (n_init=1 took over "
                           f"{SKLEARN_N_INIT3_LIMIT:.0f} s)", flush=True)
                     continue
-                seconds, C = timed(lambda fit=fit, Xg=Xg: fit(Xg), repeat)
+                seconds, C = timed(lambda fit=fit, Xg=Xg: fit(Xg), repeat, once_over)
                 rows[method] = {"seconds": seconds,
                                 "inertia": objective(Xg, C, geometry == "cosine")}
                 print(f"  {geometry} {method}: {seconds:.2f} s, J {rows[method]['inertia']:.6g}",
@@ -300,7 +302,7 @@ def _merge_methods(old: dict[str, Any], new: dict[str, Any], name: str,
     """``old`` with the rows of workload ``name`` that ``new`` reran replacing theirs, the rows
     of methods no longer in :func:`methods` dropped, and the rerun noted under ``"reruns"``;
     each row rerun carries the rerun's index there (``"rerun"``: rows timed in one run share
-    it)."""
+    it), with the rerun's repetitions where ``new`` names them."""
     entry = old["workloads"][name]
     k = entry["k"]
     reruns = old.setdefault("reruns", [])
@@ -313,7 +315,8 @@ def _merge_methods(old: dict[str, Any], new: dict[str, Any], name: str,
         entry[geometry] = {**kept, **{m: dict(r, rerun=len(reruns)) for m, r in rows.items()}}
         geometries.append(geometry)
     reruns.append({"workload": name, "methods": sorted(names), "geometries": geometries,
-                   "machine": new["machine"], "torch": new["torch"]})
+                   "machine": new["machine"], "torch": new["torch"],
+                   **{key: new[key] for key in ("repeat", "once_over") if key in new}})
     return old
 
 
@@ -432,6 +435,9 @@ def main() -> None:
     p.add_argument("--only", nargs="*", choices=WORKLOADS, default=list(WORKLOADS))
     p.add_argument("--quick", action="store_true", help="a tenth of the rows, a quarter of k")
     p.add_argument("--repeat", type=int, default=3, help="runs per timing (small workloads)")
+    p.add_argument("--once-over", type=float, default=ONCE_OVER, metavar="SECONDS",
+                   help="a fit longer than this is not repeated (on a host whose speed "
+                   "varies from run to run, a larger value times every fit --repeat times)")
     p.add_argument("--cosine", action="store_true", help="also on L2-normalised rows")
     p.add_argument("--cosine-only", action="store_true",
                    help="only the cosine rows, added to the workloads already in --out")
@@ -498,7 +504,7 @@ def main() -> None:
         with threadpool_limits(THREADS):
             results = run([name], args.quick, args.repeat, args.cosine, args.seed,
                           args.bkmeans_limit, ("cosine",) if args.cosine_only else None,
-                          args.methods)
+                          args.methods, args.once_over)
         if args.out.exists():  # merge into the workloads already there
             old = json.loads(args.out.read_text())
             if old.get("quick") == args.quick:

@@ -55,6 +55,10 @@ def test_a_methods_rerun_replaces_its_rows_and_is_noted(bench: ModuleType) -> No
     assert "The pass timings below are rerun (`--passes-only`)." in bench.table(merged)
     one_run = _results({"KMeans(n_init=1)": 2.0, "faiss": 0.5})
     assert "(earlier run)" not in bench.table(one_run)  # a file of one run marks nothing
+    repeated = dict(_results({"faiss": 0.25}), repeat=3, once_over=60.0)
+    merged = bench._merge_methods(merged, repeated, "mnist-k10", ["faiss"])
+    assert merged["reruns"][-1]["repeat"] == 3  # how the rerun was timed
+    assert merged["reruns"][-1]["once_over"] == 60.0
 
 
 def test_the_table_marks_rows_not_timed_with_the_reference(bench: ModuleType) -> None:

@@ -284,10 +284,11 @@ def test_estimator_last_look_grows_with_k(k: int, schedule: str, look: int,
 def test_an_abbreviated_annealing_races_a_kmeanspp_start(monkeypatch: pytest.MonkeyPatch,
                                                         abbreviated: bool, race_rows: int) -> None:
     """When the annealing is abbreviated (large ``n k d``) it races a k-means++ start, both
-    polished on a subsample (``race_rows`` per centroid: 192 of 3,000 rows, or all of them),
-    and the lower J goes on to the polish and the search: an annealing that put every centroid
-    in one blob (forced here) is rescued by the rival, to scikit-learn's KMeans(n_init=10)
-    inertia on well-separated blobs; a full annealing is not second-guessed."""
+    polished on a subsample (``race_rows`` per centroid: 192 of 3,000 rows, or all of them;
+    the probe rival is drawn from 96 other rows), and the lower J goes on to the polish and
+    the search: an annealing that put every centroid in one blob (forced here) is rescued by
+    the rival, to scikit-learn's KMeans(n_init=10) inertia on well-separated blobs; a full
+    annealing is not second-guessed."""
     from sklearn.cluster import KMeans
     from sklearn.datasets import make_blobs
 
@@ -319,9 +320,10 @@ def test_an_abbreviated_annealing_races_a_kmeanspp_start(monkeypatch: pytest.Mon
     if abbreviated:
         assert est.inertia_ == pytest.approx(J_ref, rel=1e-9)
         assert adjusted_rand_score(y, est.labels_) == 1.0
-        # a rival from 32 other rows per centroid wins, then the one from all rows is drawn;
+        # a probe from 16 other rows per centroid wins, then the one from all rows is drawn;
         # a race on all the rows draws its rival from all of them at once
-        assert drawn_from == ([race_rows * k, len(X)] if race_rows == 32 else [len(X)])
+        probe = starts.RACE_PROBE_ROWS_PER_CLUSTER * k
+        assert drawn_from == ([probe, len(X)] if race_rows == 32 else [len(X)])
     else:
         assert est.inertia_ > 10 * J_ref  # the forced start, polished: no rival ran
         assert drawn_from == []
@@ -329,8 +331,8 @@ def test_an_abbreviated_annealing_races_a_kmeanspp_start(monkeypatch: pytest.Mon
 
 def test_the_rival_from_all_rows_goes_on_only_if_it_wins_in_turn(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A poor annealed start (forced) loses to the rival drawn from 32 rows per centroid; the
-    rival then drawn from all the rows is poor too (forced: every centroid on one row), loses,
+    """A poor annealed start (forced) loses to the probe rival drawn from 16 rows per centroid;
+    the rival then drawn from all the rows is poor too (forced: every centroid on one row), loses,
     and the annealed start goes on to the polish."""
     from sklearn.cluster import KMeans
     from sklearn.datasets import make_blobs
@@ -357,7 +359,7 @@ def test_the_rival_from_all_rows_goes_on_only_if_it_wins_in_turn(
     monkeypatch.setattr(starts, "ANNEAL_WORK", 0)
     monkeypatch.setattr(starts, "initial_centers", poor_full_rival)
     est = RBFKMeans(k, max_swaps=0, random_state=0).fit(X)
-    assert drawn_from == [32 * k, len(X)]
+    assert drawn_from == [starts.RACE_PROBE_ROWS_PER_CLUSTER * k, len(X)]
     assert est.inertia_ > 10 * KMeans(k, n_init=10, random_state=0).fit(X).inertia_
 
 
@@ -479,9 +481,47 @@ def test_an_annealing_that_wins_the_race_goes_on_unchanged(monkeypatch: pytest.M
 
     monkeypatch.setattr(starts, "initial_centers", poor_rival)
     raced = RBFKMeans(k, max_swaps=0, random_state=0).fit(X)
-    assert rivals == [starts.RACE_ROWS_PER_CLUSTER * k]  # drawn from other rows; it lost
+    assert rivals == [starts.RACE_PROBE_ROWS_PER_CLUSTER * k]  # a probe of other rows; lost
     assert raced.inertia_ == unraced.inertia_
     np.testing.assert_array_equal(raced.labels_, unraced.labels_)
+
+
+@pytest.mark.parametrize(("race_rows", "probe_rows"), [(32, 16), (4, 16), (8, 2)])
+def test_the_probe_rival_is_drawn_from_other_rows(monkeypatch: pytest.MonkeyPatch,
+                                                  race_rows: int, probe_rows: int) -> None:
+    """The race's first rival is drawn from ``min(probe, race) k`` rows, none of them a race
+    row (the race rows would favour a start made of them), and the race's polishes run on
+    ``race k`` rows."""
+    from rbfkmeans import starts
+
+    k, n = 5, 2000
+    X = torch.as_tensor(np.random.default_rng(1).normal(size=(n, 3)))
+    X[:, 0] = torch.arange(n, dtype=X.dtype)  # a row's first feature names it
+    data = Data(X)
+    est = RBFKMeans(k)
+    est.critical_temperature_ = 1.0
+    monkeypatch.setattr(starts, "RACE_ROWS_PER_CLUSTER", race_rows)
+    monkeypatch.setattr(starts, "RACE_PROBE_ROWS_PER_CLUSTER", probe_rows)
+    real_starts, real_lloyd = starts.initial_centers, starts.lloyd
+    drawn: list[set[int]] = []
+    polished: list[set[int]] = []
+
+    def spy_start(rows, n_clusters, init, **kwargs):  # type: ignore[no-untyped-def]
+        drawn.append({int(v) for v in rows.X[:, 0]})
+        return real_starts(rows, n_clusters, init, **kwargs)
+
+    def spy_lloyd(rows, C, **kwargs):  # type: ignore[no-untyped-def]
+        polished.append({int(v) for v in rows.X[:, 0]})
+        return real_lloyd(rows, C, **kwargs)
+
+    monkeypatch.setattr(starts, "initial_centers", spy_start)
+    monkeypatch.setattr(starts, "lloyd", spy_lloyd)
+    starts.race(est, data, X[:k].clone(), torch.Generator().manual_seed(0), 0)
+    assert len(drawn[0]) == min(probe_rows, race_rows) * k
+    assert len(polished[0]) == race_rows * k
+    assert all(p == polished[0] for p in polished)  # every polish on the race rows
+    assert not drawn[0] & polished[0]
+    assert drawn[1:] in ([], [set(range(n))])  # then, if it won, from all the rows
 
 
 def test_a_refinement_names_what_it_was_given_wrongly() -> None:
