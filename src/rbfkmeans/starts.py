@@ -72,7 +72,7 @@ RACE_ROWS_PER_CLUSTER = 32
 #: 64-dimensional PCA (k = 1,024, the annealed start wins), MNIST k = 256 (wins), E and two
 #: smaller mixtures of its kind (the probe wins, 2.5%-3.8% below the annealed start), a
 #: 32-dimensional PCA of MNIST (k = 512, loses by 0.36% where it lost by 0.14%); the PCA's fit
-#: 6.7-6.8 s against 7.2-7.9 s (AMD EPYC with AVX-512), its race 0.6 s shorter
+#: 6.66 s against 7.21 s at best of six runs each (AMD EPYC with AVX-512), its race 0.6 s shorter
 RACE_PROBE_ROWS_PER_CLUSTER = 16
 
 
